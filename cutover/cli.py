@@ -1,0 +1,73 @@
+"""The ``cutover`` console script: one sub-command per operator task.
+
+Each sub-command lives in the module that owns its work and exposes ``register(subparsers)``,
+which adds its parser and sets ``func``. Errors meant for the operator are :class:`CliError`:
+printed as one sentence (what is wrong, how to fix it), exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "router.cli": ("router", "switch", "status", "wait", "plan"),
+    "spark_tagger.cli": ("tag",),
+    "cutover.demo": ("demo",),
+}
+
+
+class CliError(Exception):
+    """An operator error: the message says what is wrong and how to fix it."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cutover",
+        description="Zero-loss, zero-duplicate blue/green handover for streaming jobs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name, commands in COMMAND_MODULES.items():
+        if only is not None and only not in commands:
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that part is not built into this installation
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(first if first in _all_commands() else None)
+    args = parser.parse_args(args_list)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"cutover {args.command}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"cutover {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _all_commands() -> set[str]:
+    return {c for cmds in COMMAND_MODULES.values() for c in cmds}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

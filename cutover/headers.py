@@ -1,0 +1,138 @@
+"""The tagged-record envelope: the ``bg.*`` headers the tagger writes and the router reads.
+
+Parsing is on the router's per-record path, so :func:`parse_headers` checks by hand and builds
+the model with ``model_construct``; :class:`TaggedRecord` validation gives the same answers
+(a test holds the two together).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+VERSION = "bg.version"
+EVENT_TIME = "bg.event_time"
+WATERMARK = "bg.watermark"
+BATCH = "bg.batch"
+KIND = "bg.kind"
+SRC = "bg.src"      # added by the router to every forwarded record: topic:partition:offset
+ERROR = "bg.error"  # added by the router to every dead-lettered record: the reason
+
+VERSION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+_VERSION_RE = re.compile(VERSION_PATTERN)
+
+VersionId = Annotated[str, Field(pattern=VERSION_PATTERN)]
+
+Headers = list[tuple[str, bytes | None]]
+
+
+class RecordKind(StrEnum):
+    DATA = "data"
+    HEARTBEAT = "heartbeat"
+
+
+class HeaderError(ValueError):
+    """A missing or malformed ``bg.*`` header; the message names the header and the problem."""
+
+    def __init__(self, header: str, problem: str) -> None:
+        super().__init__(f"header {header}: {problem}")
+        self.header = header
+        self.problem = problem
+
+
+class TaggedRecord(BaseModel):
+    """What the ``bg.*`` headers of one raw record say."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: VersionId
+    kind: RecordKind = RecordKind.DATA
+    event_time: int | None = None
+    watermark: int | None = None
+    batch: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _data_needs_event_time(self) -> TaggedRecord:
+        if self.kind is RecordKind.DATA and self.event_time is None:
+            raise ValueError(f"{EVENT_TIME} is required on a data record")
+        return self
+
+    def to_headers(self) -> Headers:
+        out: Headers = [(VERSION, self.version.encode())]
+        if self.kind is RecordKind.DATA:
+            out.append((EVENT_TIME, str(self.event_time).encode()))
+        else:
+            out.append((KIND, b"heartbeat"))
+        if self.watermark is not None:
+            out.append((WATERMARK, str(self.watermark).encode()))
+        if self.batch is not None:
+            out.append((BATCH, str(self.batch).encode()))
+        return out
+
+
+def _int(header: str, raw: bytes | None) -> int:
+    if raw is None:
+        raise HeaderError(header, "has no value")
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise HeaderError(header, "is not ASCII") from None
+    # int() accepts "1_000" and surrounding blanks; the contract says a plain integer.
+    if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
+        raise HeaderError(header, f"{text[:40]!r} is not an integer (epoch milliseconds)")
+    return int(text)
+
+
+def parse_headers(headers: Headers | None) -> TaggedRecord:
+    """Read the envelope from a Kafka header list; raise :class:`HeaderError` on any problem."""
+    version = event_time = watermark = batch = kind = None
+    seen: set[str] = set()
+    for name, raw in headers or ():
+        if not name.startswith("bg."):
+            continue
+        if name in seen and name in (VERSION, EVENT_TIME, WATERMARK, BATCH, KIND):
+            raise HeaderError(name, "appears more than once")
+        seen.add(name)
+        if name == VERSION:
+            if raw is None:
+                raise HeaderError(VERSION, "has no value")
+            try:
+                version = raw.decode("ascii")
+            except UnicodeDecodeError:
+                raise HeaderError(VERSION, "is not ASCII") from None
+            if not _VERSION_RE.match(version):
+                raise HeaderError(VERSION, f"{version[:70]!r} is not a version id "
+                                  "([A-Za-z0-9._-], 1 to 64 characters)")
+        elif name == EVENT_TIME:
+            event_time = _int(EVENT_TIME, raw)
+        elif name == WATERMARK:
+            watermark = _int(WATERMARK, raw)
+        elif name == BATCH:
+            batch = _int(BATCH, raw)
+            if batch < 0:
+                raise HeaderError(BATCH, "is negative")
+        elif name == KIND:
+            if raw == b"data":
+                kind = RecordKind.DATA
+            elif raw == b"heartbeat":
+                kind = RecordKind.HEARTBEAT
+            else:
+                raise HeaderError(KIND, f"{raw!r} is neither 'data' nor 'heartbeat'")
+    if version is None:
+        raise HeaderError(VERSION, "is missing")
+    if kind is None:
+        kind = RecordKind.DATA
+    if kind is RecordKind.DATA and event_time is None:
+        raise HeaderError(EVENT_TIME, "is missing on a data record")
+    return TaggedRecord.model_construct(
+        version=version, kind=kind, event_time=event_time, watermark=watermark, batch=batch
+    )
+
+
+def heartbeat_headers(version: str, watermark: int | None, batch: int) -> Headers:
+    return TaggedRecord(
+        version=version, kind=RecordKind.HEARTBEAT, watermark=watermark, batch=batch
+    ).to_headers()

@@ -149,7 +149,7 @@ def create_topics(
     extra: dict[str, str] | None = None,
     timeout: float = 15.0,
 ) -> None:
-    """Create topics with explicit partition counts; existing topics with the same count are fine."""
+    """Create topics with explicit partition counts; an existing one must have the same count."""
     compact = set(compacted)
     admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
     existing = admin.list_topics(timeout=timeout).topics

@@ -1,0 +1,133 @@
+"""Router settings: the YAML file ``cutover router --config FILE`` reads."""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cutover.plan import RouteName
+from cutover.validation import describe
+
+BOOTSTRAP_ENV = "CUTOVER_BOOTSTRAP"
+
+TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+JsonPath = Annotated[str, Field(pattern=r"^\$?\.?[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")]
+
+
+class SettingsError(ValueError):
+    """A settings file that cannot be used; the message names the file and the key."""
+
+
+class Handover(StrEnum):
+    ORDERED = "ordered"
+    IMMEDIATE = "immediate"
+
+
+class DedupSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    identity: Literal["record", "key_event_time"] | tuple[JsonPath, ...] = "record"
+    retention_ms: int = Field(default=3_600_000, gt=0)
+
+    @field_validator("identity", mode="before")
+    @classmethod
+    def _list_to_tuple(cls, v: object) -> object:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("a list of JSON field paths must not be empty")
+            return tuple(v)
+        return v
+
+
+class RouteSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: RouteName
+    inputs: tuple[TopicName, ...] = Field(min_length=1)
+    output: TopicName
+    dead_letter: TopicName | None = None
+    shadow: TopicName | None = Field(default=None, description="copy suppressed records here")
+    dedup: DedupSettings = DedupSettings()
+    handover: Handover = Handover.ORDERED
+    max_held: int = Field(default=100_000, gt=0,
+                          description="records held per partition in ordered handover before "
+                                      "the transition is reported stalled")
+
+    @model_validator(mode="after")
+    def _defaults(self) -> RouteSettings:
+        if self.dead_letter is None:
+            object.__setattr__(self, "dead_letter", f"{self.output}.dlq")
+        clash = {self.output, self.dead_letter, self.shadow} & set(self.inputs)
+        if clash:
+            raise ValueError(f"topic {sorted(t for t in clash if t)[0]!r} is both an input and "
+                             "an output of the route")
+        return self
+
+
+class RouterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bootstrap: str = Field(min_length=1)
+    control_topic: TopicName = "bg.control"
+    status_topic: TopicName = "bg.status"
+    group_id: str = "cutover-router"
+    state_dir: Path = Path("var/cutover-router")
+    http_port: int | None = Field(default=6066, ge=0, le=65535)
+    status_interval_s: float = Field(default=5.0, gt=0)
+    kafka: dict[str, str | int | bool] = Field(
+        default_factory=dict,
+        description="librdkafka client settings passed through (security.protocol, sasl.*, "
+                    "ssl.*)")
+    routes: tuple[RouteSettings, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> RouterSettings:
+        names = [r.name for r in self.routes]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"route name {sorted(dupes)[0]!r} is used twice")
+        seen: dict[str, str] = {}
+        for r in self.routes:
+            for t in r.inputs:
+                if t in seen:
+                    raise ValueError(f"input topic {t!r} belongs to routes {seen[t]!r} and "
+                                     f"{r.name!r}; a raw topic feeds one route")
+                seen[t] = r.name
+        return self
+
+    def route(self, name: str) -> RouteSettings:
+        for r in self.routes:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+
+def parse_settings(data: object, source: str = "<settings>") -> RouterSettings:
+    if not isinstance(data, dict):
+        raise SettingsError(f"{source}: expected a mapping of settings at the top level")
+    env = os.environ.get(BOOTSTRAP_ENV)
+    if env:
+        data = {**data, "bootstrap": env}
+    try:
+        return RouterSettings.model_validate(data)
+    except ValidationError as exc:
+        raise SettingsError("\n".join(f"{source}: {line}" for line in describe(exc))) from None
+
+
+def load_settings(path: str | Path) -> RouterSettings:
+    """Read and validate a settings file; ``CUTOVER_BOOTSTRAP`` overrides ``bootstrap``."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SettingsError(f"{p}: cannot read settings file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{p}: not valid YAML ({exc})") from None
+    return parse_settings(data, str(p))

@@ -1,0 +1,114 @@
+"""Messages on the status topic (key = route name).
+
+Every message carries the last good plan, so that a restarted router recovers it from the
+status topic even when compaction left only a rejected record on the control topic.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from cutover.plan import CutoverPlan, utcnow
+
+
+class TransitionState(StrEnum):
+    STEADY = "STEADY"
+    PENDING = "PENDING"
+    CLEAR_TO_TEARDOWN = "CLEAR_TO_TEARDOWN"
+    STALLED = "STALLED"
+
+
+class Holdup(BaseModel):
+    """One reason a transition is not clear yet: a partition and the version holding it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: int
+    version: str | None = Field(description="the lagging version; null when the router itself "
+                                            "still holds records")
+    watermark: int | None
+    needed: int
+    why: str
+
+
+class Transition(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    from_: str | None = Field(default=None, alias="from")
+    to: str | None = None
+    boundary: int | None = None
+    state: TransitionState = TransitionState.STEADY
+    holdups: tuple[Holdup, ...] = ()
+
+    def describe_holdups(self, limit: int = 8) -> str:
+        parts = [f"partition {h.partition}: {h.why}" for h in self.holdups[:limit]]
+        if len(self.holdups) > limit:
+            parts.append(f"... and {len(self.holdups) - limit} more")
+        return "; ".join(parts)
+
+
+class PartitionStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    horizon: int | None = None
+    watermarks: dict[str, int] = Field(default_factory=dict)
+    pinned: tuple[int, ...] = ()
+    held: int = 0
+
+
+class Counters(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    forwarded: int = 0
+    suppressed: dict[str, int] = Field(default_factory=dict)
+    duplicates: int = 0
+    dead_lettered: int = 0
+    held: int = 0
+
+    def add(self, other: Counters) -> Counters:
+        sup = dict(self.suppressed)
+        for v, n in other.suppressed.items():
+            sup[v] = sup.get(v, 0) + n
+        return Counters(forwarded=self.forwarded + other.forwarded, suppressed=sup,
+                        duplicates=self.duplicates + other.duplicates,
+                        dead_lettered=self.dead_lettered + other.dead_lettered,
+                        held=self.held + other.held)
+
+
+class RouteStatus(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event: Literal["status"] = "status"
+    route: str
+    epoch: int | None = None
+    transition: Transition = Transition()
+    partitions: dict[int, PartitionStatus] = Field(default_factory=dict)
+    num_partitions: int | None = None
+    counters: Counters = Counters()
+    plan: CutoverPlan | None = None
+    worker: str = ""
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class PlanRejectedEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event: Literal["plan_rejected"] = "plan_rejected"
+    route: str
+    epoch: int | None = None
+    reason: str
+    plan: CutoverPlan | None = Field(default=None, description="the last good plan, kept")
+    worker: str = ""
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+StatusMessage = Annotated[RouteStatus | PlanRejectedEvent, Field(discriminator="event")]
+status_adapter: TypeAdapter[RouteStatus | PlanRejectedEvent] = TypeAdapter(StatusMessage)
+
+
+def parse_status(raw: bytes) -> RouteStatus | PlanRejectedEvent:
+    return status_adapter.validate_json(raw)

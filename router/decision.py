@@ -1,0 +1,337 @@
+"""The routing rule for one raw partition of one route: pure decisions, no I/O, no Faust.
+
+The caller (the router's data path, the tests, the benchmarks) feeds records and plans in
+order and acts on the returned :class:`Decision` s. Everything a restart needs is in
+:meth:`PartitionRouter.snapshot`, plus the dedup store; held records are not in the snapshot
+because the caller never commits its consumer position past them, so they are read again.
+
+Pinning, as the contract means it: a record whose event time is at or below the partition's
+horizon ``H`` (the largest event time already decided there) is always decided by the rule
+that was in force when the horizon passed it. A new plan therefore changes the partition's
+timeline only above ``H``: its boundaries at or below ``H`` move to ``H + 1`` ("pinned"). When
+the new plan only adds boundaries to the old one this is exactly "every boundary <= H is pinned
+to H + 1"; when it also rewrites history below ``H`` (a retroactive rollback), the history
+below ``H`` stays as decided.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cutover.plan import CutoverPlan
+from router.identity import IdentityError, IdentityFn
+
+NO_WATERMARK = -(1 << 63)
+
+
+class Outcome(StrEnum):
+    FORWARD = "forward"
+    SUPPRESS = "suppress"        # not the primary for its event time
+    DUPLICATE = "duplicate"      # identity already forwarded
+    DEAD_LETTER = "dead_letter"  # cannot be routed safely; reason says why
+    HOLD = "hold"                # waits (ordered handover, or no plan yet); decided later
+
+
+@dataclass(slots=True)
+class Incoming:
+    """A raw record as the rule sees it. ``ref`` is the caller's (offset, headers, ...)."""
+
+    version: str
+    event_time: int | None
+    watermark: int | None = None
+    key: bytes | None = None
+    value: bytes | None = None
+    heartbeat: bool = False
+    error: str | None = None     # a header problem found by the caller -> dead letter
+    ref: Any = None
+
+
+@dataclass(slots=True)
+class Decision:
+    outcome: Outcome
+    record: Incoming
+    reason: str | None = None
+
+
+class Timeline(BaseModel):
+    """A partition's effective timeline: ``primaries[i]`` rules from ``bounds[i-1]`` on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bounds: tuple[int, ...] = ()
+    primaries: tuple[str, ...] = Field(min_length=1)
+
+    @classmethod
+    def of_plan(cls, plan: CutoverPlan) -> Timeline:
+        return cls(bounds=tuple(plan.boundaries),
+                   primaries=tuple(s.primary for s in plan.segments))
+
+    def primary_at(self, t: int) -> str:
+        return self.primaries[bisect.bisect_right(self.bounds, t)]
+
+    def below(self, h: int) -> list[tuple[int | None, str]]:
+        """Segments restricted to event times <= h."""
+        out: list[tuple[int | None, str]] = [(None, self.primaries[0])]
+        for b, p in zip(self.bounds, self.primaries[1:], strict=True):
+            if b > h:
+                break
+            out.append((b, p))
+        return out
+
+    @classmethod
+    def from_segments(cls, segs: list[tuple[int | None, str]]) -> Timeline:
+        bounds: list[int] = []
+        prims: list[str] = []
+        for b, p in segs:
+            if prims and prims[-1] == p:
+                continue  # adjacent segments with one primary are one segment
+            if b is not None:
+                bounds.append(b)
+            prims.append(p)
+        return cls(bounds=tuple(bounds), primaries=tuple(prims))
+
+
+class PartitionSnapshot(BaseModel):
+    """What a restart needs besides the dedup store (held records are re-read)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: int
+    epoch: int | None = None
+    horizon: int | None = None
+    timeline: Timeline | None = None
+    pinned: tuple[int, ...] = ()
+    watermarks: dict[str, int] = Field(default_factory=dict)
+    closed_through: int | None = Field(
+        default=None, description="largest boundary whose ordered handover has completed")
+
+
+@dataclass
+class PartitionCounters:
+    forwarded: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    suppressed: dict[str, int] = field(default_factory=dict)
+
+
+class DedupLookup:
+    """The part of the dedup store the rule needs (``router.dedup_store.DedupStore`` has it)."""
+
+    def __contains__(self, identity: bytes) -> bool: ...  # pragma: no cover
+    def add(self, identity: bytes, event_time: int) -> None: ...  # pragma: no cover
+
+
+class PartitionRouter:
+    """Decides every record of one raw partition of one route."""
+
+    def __init__(
+        self,
+        partition: int,
+        *,
+        identity: IdentityFn,
+        store: DedupLookup,
+        retention_ms: int,
+        ordered: bool = True,
+        max_held: int = 100_000,
+    ) -> None:
+        self.partition = partition
+        self.identity = identity
+        self.store = store
+        self.retention_ms = retention_ms
+        self.ordered = ordered
+        self.max_held = max_held
+        self.epoch: int | None = None
+        self.horizon: int | None = None
+        self.timeline: Timeline | None = None
+        self.pinned: tuple[int, ...] = ()
+        self.watermarks: dict[str, int] = {}
+        self.closed_through: int | None = None
+        self.held: list[Incoming] = []
+        self.counters = PartitionCounters()
+        # Derived from the timeline, for the per-record path.
+        self._bounds: tuple[int, ...] = ()
+        self._primaries: tuple[str, ...] = ()
+        self._last_bound: int | None = None
+        self._closed_upto = 0  # leading boundaries whose handover is complete
+
+    # -- state ------------------------------------------------------------------------------
+
+    def snapshot(self) -> PartitionSnapshot:
+        return PartitionSnapshot(
+            partition=self.partition, epoch=self.epoch, horizon=self.horizon,
+            timeline=self.timeline, pinned=self.pinned, watermarks=dict(self.watermarks),
+            closed_through=self.closed_through)
+
+    def restore(self, snap: PartitionSnapshot) -> None:
+        if snap.partition != self.partition:
+            raise ValueError(f"snapshot of partition {snap.partition} given to "
+                             f"partition {self.partition}")
+        self.epoch, self.horizon, self.pinned = snap.epoch, snap.horizon, snap.pinned
+        self.watermarks = dict(snap.watermarks)
+        self.closed_through = snap.closed_through
+        self.held = []
+        self._set_timeline(snap.timeline)
+
+    def _set_timeline(self, timeline: Timeline | None) -> None:
+        self.timeline = timeline
+        if timeline is None:
+            self._bounds, self._primaries, self._last_bound = (), (), None
+        else:
+            self._bounds, self._primaries = timeline.bounds, timeline.primaries
+            self._last_bound = self._bounds[-1] if self._bounds else None
+        self._closed_upto = 0
+        self._advance_closed()
+
+    @property
+    def held_over_bound(self) -> bool:
+        return len(self.held) > self.max_held
+
+    # -- plans ------------------------------------------------------------------------------
+
+    def apply_plan(self, plan: CutoverPlan) -> list[Decision]:
+        """Adopt a newer plan epoch (older or equal epochs are ignored); may release records."""
+        if self.epoch is not None and plan.epoch <= self.epoch:
+            return []
+        new = Timeline.of_plan(plan)
+        h = self.horizon
+        if self.timeline is None or h is None:
+            effective, pinned = new, ()
+        else:
+            old_below = self.timeline.below(h)
+            if old_below == new.below(h):  # agrees on everything decided: nothing to pin
+                effective, pinned = new, ()
+            else:
+                segs = [*old_below, (h + 1, new.primary_at(h + 1))]
+                segs += [(b, p) for b, p in zip(new.bounds, new.primaries[1:], strict=True)
+                         if b > h + 1]
+                effective, pinned = Timeline.from_segments(segs), (h + 1,)
+        self.epoch = plan.epoch
+        self.pinned = pinned
+        self._set_timeline(effective)
+        return self._release()
+
+    # -- records ----------------------------------------------------------------------------
+
+    def observe(self, rec: Incoming) -> list[Decision]:
+        """Decide one record; a watermark it carries may also release held records."""
+        if rec.error is not None:
+            self.counters.dead_lettered += 1
+            return [Decision(Outcome.DEAD_LETTER, rec, rec.error)]
+        released = False
+        wm = rec.watermark
+        if wm is not None and wm > self.watermarks.get(rec.version, NO_WATERMARK):
+            self.watermarks[rec.version] = wm
+            released = self._advance_closed()
+        if rec.heartbeat:
+            return self._release() if released else []
+        out = [self._decide(rec)]
+        if released:
+            out.extend(self._release())
+        return out
+
+    def _decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
+        if self.timeline is None:
+            if not releasing:
+                self.held.append(rec)
+            return Decision(Outcome.HOLD, rec, "no cutover plan for this route yet")
+        t: int = rec.event_time  # type: ignore[assignment]
+        lb = self._last_bound
+        if lb is None:
+            seg = 0
+        elif t >= lb:
+            seg = len(self._bounds)
+        else:
+            seg = bisect.bisect_right(self._bounds, t)
+        if rec.version != self._primaries[seg]:
+            self._advance_horizon(t)
+            sup = self.counters.suppressed
+            sup[rec.version] = sup.get(rec.version, 0) + 1
+            return Decision(Outcome.SUPPRESS, rec)
+        if self.ordered and seg > self._closed_upto:
+            if not releasing:
+                self.held.append(rec)
+            return Decision(Outcome.HOLD, rec, "ordered handover: waiting for "
+                            f"{self._primaries[self._closed_upto]!r} to pass "
+                            f"{self._bounds[self._closed_upto]}")
+        h = self.horizon
+        if h is not None and t < h - self.retention_ms:
+            self.counters.dead_lettered += 1
+            return Decision(Outcome.DEAD_LETTER, rec, f"event time {t} is older than the "
+                            f"dedup retention ({self.retention_ms} ms below horizon {h}): "
+                            "cannot check for duplicates")
+        try:
+            ident = self.identity(rec.key, rec.value, t)
+        except IdentityError as exc:
+            self.counters.dead_lettered += 1
+            return Decision(Outcome.DEAD_LETTER, rec, str(exc))
+        if h is None or t > h:
+            self.horizon = t
+        if ident in self.store:
+            self.counters.duplicates += 1
+            return Decision(Outcome.DUPLICATE, rec)
+        self.store.add(ident, t)
+        self.counters.forwarded += 1
+        return Decision(Outcome.FORWARD, rec)
+
+    def _advance_horizon(self, t: int) -> None:
+        if self.horizon is None or t > self.horizon:
+            self.horizon = t
+
+    def _advance_closed(self) -> bool:
+        """Close boundaries whose previous primary has passed them; True if any closed."""
+        bounds, prims, wms = self._bounds, self._primaries, self.watermarks
+        before = self._closed_upto
+        i = before
+        ct = self.closed_through
+        while i < len(bounds):
+            b = bounds[i]
+            if (ct is not None and b <= ct) or wms.get(prims[i], NO_WATERMARK) >= b:
+                i += 1
+            else:
+                break
+        if i > before:
+            self._closed_upto = i
+            top = bounds[i - 1]
+            if ct is None or top > ct:
+                self.closed_through = top
+            return True
+        return False
+
+    def _release(self) -> list[Decision]:
+        if not self.held:
+            return []
+        keep: list[Incoming] = []
+        out: list[Decision] = []
+        for rec in self.held:
+            d = self._decide(rec, releasing=True)
+            if d.outcome is Outcome.HOLD:
+                keep.append(rec)
+            else:
+                out.append(d)
+        self.held = keep
+        return out
+
+    # -- readiness inputs -------------------------------------------------------------------
+
+    def boundary_of(self, to_version: str) -> int | None:
+        """This partition's (possibly pinned) boundary where ``to_version`` becomes primary
+        for good: the start of the last segment, if its primary is ``to_version``."""
+        if not self._bounds or self._primaries[-1] != to_version:
+            return None
+        return self._bounds[-1]
+
+
+def make_router_factory(
+    *, identity: IdentityFn, retention_ms: int, ordered: bool, max_held: int
+) -> Callable[[int, DedupLookup], PartitionRouter]:
+    def make(partition: int, store: DedupLookup) -> PartitionRouter:
+        return PartitionRouter(partition, identity=identity, store=store,
+                               retention_ms=retention_ms, ordered=ordered, max_held=max_held)
+
+    return make

@@ -1,0 +1,66 @@
+"""Readiness: may the old version be torn down? A pure function of the plan and the
+partitions' states, so that a worker, the CLI and the tests compute it the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from cutover.plan import CutoverPlan
+from cutover.status import Holdup, Transition, TransitionState
+
+
+class PartitionProgress(BaseModel):
+    """What readiness needs of one partition (a worker's state or a status message's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epoch: int | None
+    boundary: int | None      # this partition's (maybe pinned) boundary of the transition
+    watermarks: dict[str, int]
+    held: int = 0
+
+
+def readiness(
+    plan: CutoverPlan | None,
+    partitions: Mapping[int, PartitionProgress],
+    num_partitions: int,
+    now: datetime,
+) -> Transition:
+    """The transition of the plan's last boundary and its state.
+
+    CLEAR_TO_TEARDOWN needs, on every partition of the raw topic: the plan applied, the new
+    version's and the old version's watermarks at or past the partition's boundary, and
+    nothing held. Otherwise PENDING, or STALLED once the plan's deadline has passed; the
+    holdups name each partition and the version (or the router) holding it back.
+    """
+    if plan is None or plan.transition is None:
+        return Transition(state=TransitionState.STEADY)
+    old, new, boundary = plan.transition
+    holdups: list[Holdup] = []
+    for p in range(num_partitions):
+        prog = partitions.get(p)
+        if prog is None or prog.epoch is None or prog.epoch < plan.epoch:
+            holdups.append(Holdup(partition=p, version=None, watermark=None, needed=boundary,
+                                  why=f"no router has applied epoch {plan.epoch} here yet"))
+            continue
+        b = prog.boundary if prog.boundary is not None else boundary
+        for version, role in ((new, "new"), (old, "old")):
+            wm = prog.watermarks.get(version)
+            if wm is None or wm < b:
+                seen = "no watermark yet" if wm is None else f"watermark {wm}"
+                holdups.append(Holdup(partition=p, version=version, watermark=wm, needed=b,
+                                      why=f"{role} version {version!r} at {seen}, needs {b}"))
+        if prog.held:
+            holdups.append(Holdup(partition=p, version=None, watermark=None, needed=b,
+                                  why=f"router still holds {prog.held} records"))
+    if not holdups:
+        state = TransitionState.CLEAR_TO_TEARDOWN
+    elif plan.deadline is not None and now > plan.deadline:
+        state = TransitionState.STALLED
+    else:
+        state = TransitionState.PENDING
+    return Transition(**{"from": old}, to=new, boundary=boundary, state=state,
+                      holdups=tuple(holdups))

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cutover.plan import parse_plan
+from cutover.settings import Handover, SettingsError, load_settings
+from cutover.status import TransitionState, parse_status
+
+CONFIG = Path(__file__).parents[2] / "config"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "router.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_example_files_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    s = load_settings(CONFIG / "router.yaml")
+    assert s.routes[0].name == "orders" and s.routes[0].handover is Handover.ORDERED
+    s2 = load_settings(CONFIG / "router-per-version-topics.yaml")
+    assert s2.routes[0].dedup.identity == ("account_id", "window.end")
+    assert s2.kafka["security.protocol"] == "SASL_SSL"
+    assert s2.routes[0].dead_letter == "fraud-scores.dlq"
+    assert parse_plan((CONFIG / "plan-switch.json").read_bytes()).transition == (
+        "blue", "green", 1767225600000)
+    assert parse_plan((CONFIG / "plan-initial.json").read_bytes()).epoch == 1
+    st = parse_status((CONFIG / "status-example.json").read_bytes())
+    assert st.transition.state is TransitionState.PENDING
+
+
+def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    s = load_settings(write(tmp_path, "bootstrap: k:9092\nroutes:\n"
+                                      "  - {name: r, inputs: [r.raw], output: r.out}\n"))
+    r = s.routes[0]
+    assert (s.control_topic, s.status_topic) == ("bg.control", "bg.status")
+    assert r.dead_letter == "r.out.dlq" and r.dedup.identity == "record"
+    assert r.handover is Handover.ORDERED and r.dedup.retention_ms == 3_600_000
+
+
+def test_env_overrides_bootstrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUTOVER_BOOTSTRAP", "other:1234")
+    s = load_settings(write(tmp_path, "routes:\n  - {name: r, inputs: [a], output: b}\n"))
+    assert s.bootstrap == "other:1234"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bootstrap: k\nroutes:\n  - {name: r, inputs: [a], output: b, dedupe: {}}\n",
+         "unknown key 'routes[0].dedupe'"),
+        ("bootstrap: k\nstatus_topik: x\nroutes:\n  - {name: r, inputs: [a], output: b}\n",
+         "unknown key 'status_topik'"),
+        ("routes:\n  - {name: r, inputs: [a], output: b}\n", "missing required key 'bootstrap'"),
+        ("bootstrap: k\nroutes:\n  - {name: r, output: b}\n",
+         "missing required key 'routes[0].inputs'"),
+        ("bootstrap: k\nroutes:\n  - {name: r, inputs: [a], output: a}\n",
+         "both an input and an output"),
+        ("bootstrap: k\nroutes:\n  - {name: r, inputs: [a], output: b, handover: fast}\n",
+         "routes[0].handover"),
+        ("bootstrap: k\nroutes:\n  - {name: r, inputs: [a], output: b}\n"
+         "  - {name: r, inputs: [c], output: d}\n", "used twice"),
+        ("bootstrap: k\nroutes: [\n", "not valid YAML"),
+        ("- just a list\n", "expected a mapping"),
+    ],
+)
+def test_bad_settings_name_key_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        text: str, message: str) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="cannot read settings file"):
+        load_settings(tmp_path / "nope.yaml")

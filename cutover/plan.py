@@ -109,11 +109,11 @@ class CutoverPlan(BaseModel):
     # -- wire ---------------------------------------------------------------------------------
 
     def to_json(self) -> bytes:
-        return self.model_dump_json(exclude_none=True).encode()
+        return self.model_dump_json().encode()
 
     def signing_payload(self) -> bytes:
         """Canonical bytes that the signature covers: the plan without its signature."""
-        body = self.model_dump(mode="json", exclude={"signature"}, exclude_none=True)
+        body = self.model_dump(mode="json", exclude={"signature"})
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 

@@ -1,0 +1,431 @@
+"""A pure-Python Kafka source and sink for Spark 4 (``format("cutover_kafka")``).
+
+For places where the JVM connector cannot be added (no Maven, no jars): the options, the schema
+and the offset format are those of Spark's own Kafka connector, offsets live in Spark's
+checkpoint (the source commits nothing to Kafka), and ``maxOffsetsPerTrigger`` and
+``Trigger.AvailableNow`` work. Reads come back as Arrow batches; writes go through librdkafka.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spark_tagger.kafka_client import (
+    EndOffsetProbe,
+    cached_consumer,
+    matching_topics,
+)
+from spark_tagger.options import SinkOptions, SourceOptions, consumer_config
+from spark_tagger.produce import ProduceStats, produce_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+NAME = "cutover_kafka"
+
+BASE_SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, timestampType INT"
+)
+HEADERS_FIELD = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+Offsets = dict[str, dict[str, int]]
+EARLIEST = -2
+LATEST = -1
+
+
+def source_schema(include_headers: bool) -> str:
+    """Spark's Kafka source schema; ``headers`` only with ``includeHeaders=true``, as in Spark."""
+    return f"{BASE_SCHEMA}, {HEADERS_FIELD}" if include_headers else BASE_SCHEMA
+
+
+class KafkaRange(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of one topic partition (start -2 = earliest)."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    """What one write task produced, summed on the driver."""
+
+    records: int
+    per_partition: dict[str, int]
+
+
+class CutoverKafka(DataSource):
+    """``spark.readStream.format("cutover_kafka")`` / ``df.writeStream.format("cutover_kafka")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        include = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return source_schema(include)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(SourceOptions.from_options(self.options, streaming=True), schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(SourceOptions.from_options(self.options, streaming=False), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return KafkaStreamWriter(SinkOptions.from_options(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return KafkaBatchWriter(SinkOptions.from_options(self.options), schema)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class _OffsetPlanner:
+    """Driver-side knowledge of the topics: partitions, earliest and end offsets."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._probe: EndOffsetProbe | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"opts": self.opts, "_probe": None}  # a live client is not picklable
+
+    @property
+    def probe(self) -> EndOffsetProbe:
+        if self._probe is None:
+            self._probe = EndOffsetProbe(consumer_config(self.opts.client, False))
+        return self._probe
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+
+    def partitions(self) -> list[tuple[str, int]]:
+        consumer = self.probe.consumer
+        if self.opts.assign is not None:
+            return sorted((t, p) for t, ps in self.opts.assign.items() for p in ps)
+        topics = (list(self.opts.subscribe) if self.opts.subscribe
+                  else matching_topics(consumer, self.opts.subscribe_pattern or ""))
+        out: list[tuple[str, int]] = []
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=10.0).topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue  # as Spark: a subscribed topic that does not exist yet has no partitions
+            out.extend((topic, p) for p in meta.partitions)
+        return sorted(out)
+
+    def resolve(self, spec: Any, parts: list[tuple[str, int]]) -> Offsets:
+        """Turn ``earliest``/``latest``/JSON into concrete offsets for every partition."""
+        if spec == "latest":
+            ends = self.probe.ends(parts)
+            return _nest({tp: ends[tp] for tp in parts})
+        if spec == "earliest":
+            begins, _ = self.probe.begins_and_ends(parts)
+            return _nest({tp: begins[tp] for tp in parts})
+        chosen: dict[tuple[str, int], int] = {}
+        for topic, by_part in spec.items():
+            for p, off in by_part.items():
+                chosen[(topic, int(p))] = off
+        unknown = [f"{t}:{p}" for t, p in chosen if (t, p) not in parts]
+        if unknown:
+            raise ValueError(f"offsets are given for partitions that are not read: {unknown}")
+        missing = [f"{t}:{p}" for t, p in parts if (t, p) not in chosen]
+        if missing:
+            raise ValueError(f"startingOffsets JSON gives no offset for partitions {missing}")
+        need_begin = [tp for tp, o in chosen.items() if o == EARLIEST]
+        need_end = [tp for tp, o in chosen.items() if o == LATEST]
+        if need_begin:
+            begins, _ = self.probe.begins_and_ends(need_begin)
+            chosen.update({tp: begins[tp] for tp in need_begin})
+        if need_end:
+            ends = self.probe.ends(need_end)
+            chosen.update({tp: ends[tp] for tp in need_end})
+        return _nest(chosen)
+
+
+def _nest(flat: dict[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, p), off in sorted(flat.items()):
+        out.setdefault(topic, {})[str(p)] = off
+    return out
+
+
+def _flat(nested: Offsets) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in nested.items() for p, o in parts.items()}
+
+
+def rate_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Spark's ``maxOffsetsPerTrigger``: share ``max_rows`` across partitions by backlog."""
+    s, e = _flat(start), _flat(end)
+    sizes = {tp: max(0, off - s.get(tp, 0)) for tp, off in e.items()}
+    total = sum(sizes.values())
+    if total <= max_rows:
+        return end
+    out: dict[tuple[str, int], int] = {}
+    for tp, off in e.items():
+        begin = s.get(tp, 0)
+        prorate = max_rows * (sizes[tp] / total)
+        # as Spark: do not starve small partitions completely
+        step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[tp] = min(off, begin + step)
+    return _nest(out)
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader: offsets in Spark's checkpoint, ranges read on executors."""
+
+    MIN_PROBE_INTERVAL_S = 0.1  # Spark polls an idle source every 10 ms; a fetch per poll is enough
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._planner = _OffsetPlanner(opts)
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+        self._last_probe = 0.0
+
+    def initialOffset(self) -> dict:
+        return self._planner.resolve(self.opts.starting_offsets, self._planner.partitions())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest_all()
+
+    def _latest_all(self) -> Offsets:
+        wait = self.MIN_PROBE_INTERVAL_S - (time.monotonic() - self._last_probe)
+        if wait > 0:
+            time.sleep(wait)
+        self._last_probe = time.monotonic()
+        parts = self._planner.partitions()
+        ends = self._planner.probe.ends(parts)
+        self._latest = _nest(ends)
+        return self._latest
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = _flat(self._target if self._target is not None else self._latest_all())
+        begin = _flat(start)
+        # never go backwards (a partition probed before a lagging fetch answer)
+        merged = {tp: max(off, begin.get(tp, off)) for tp, off in latest.items()}
+        for tp, off in begin.items():
+            merged.setdefault(tp, off)
+        end = _nest(merged)
+        if isinstance(limit, ReadMaxRows):
+            end = rate_limit(start, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return plan_ranges(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self.opts, self.schema, partition)
+
+    def commit(self, end: dict) -> None:
+        """Offsets are in Spark's checkpoint; nothing is committed to Kafka."""
+
+    def stop(self) -> None:
+        self._planner.close()
+
+
+def plan_ranges(start: Offsets, end: Offsets) -> list[KafkaRange]:
+    s, e = _flat(start), _flat(end)
+    ranges = []
+    for (topic, p), stop in sorted(e.items()):
+        begin = s.get((topic, p), EARLIEST)  # a partition added since the last batch
+        if begin == EARLIEST or stop > begin:
+            ranges.append(KafkaRange(topic, p, begin, stop))
+    return ranges
+
+
+class KafkaBatchReader(DataSourceReader):
+    """``spark.read.format("cutover_kafka")``: startingOffsets..endingOffsets, once."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        planner = _OffsetPlanner(opts)
+        try:
+            parts = planner.partitions()
+            self._start = planner.resolve(opts.starting_offsets, parts)
+            self._end = planner.resolve(opts.ending_offsets, parts)
+        finally:
+            planner.close()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return plan_ranges(self._start, self._end) or [KafkaRange("", -1, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        if partition.partition < 0:
+            return iter(())
+        return read_range(self.opts, self.schema, partition)
+
+
+_TS_TYPE = {1: 0, 2: 1}  # confluent CREATE_TIME/LOG_APPEND_TIME -> Spark's 0/1; else -1
+
+
+def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
+               rows_per_batch: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """Records ``[start, end)`` of one partition as Arrow batches of Spark's Kafka schema."""
+    import pyarrow as pa
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    consumer = cached_consumer(consumer_config(opts.client, opts.fail_on_data_loss))
+    start = OFFSET_BEGINNING if rng.start == EARLIEST else rng.start
+    consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
+    cols: dict[str, list[Any]] = {f.name: [] for f in schema.fields}
+    want_headers = "headers" in cols
+
+    def flush() -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(cols[f.name], type=arrow_schema.field(f.name).type) for f in schema.fields],
+            schema=arrow_schema,
+        )
+        for values in cols.values():
+            values.clear()
+        return batch
+
+    timeout = opts.poll_timeout_ms / 1000.0
+    last_progress = time.monotonic()
+    position = rng.start
+    try:
+        while position < rng.end:
+            msgs = consumer.consume(num_messages=min(5000, max(1, rng.end - max(position, 0))),
+                                    timeout=0.5)
+            if not msgs:
+                if time.monotonic() - last_progress > timeout:
+                    raise TimeoutError(
+                        f"{rng.topic}:{rng.partition}: no record at offset {position} within "
+                        f"{timeout:.0f}s (range ends at {rng.end}); see kafkaConsumer.pollTimeoutMs"
+                    )
+                continue
+            last_progress = time.monotonic()
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET or \
+                            err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        raise RuntimeError(
+                            f"{rng.topic}:{rng.partition}: offset {position} is no longer "
+                            "available (data lost to retention?); set failOnDataLoss=false "
+                            "to skip ahead"
+                        )
+                    if err.fatal() or not err.retriable():
+                        raise KafkaException(err)
+                    continue
+                offset = msg.offset()
+                if offset >= rng.end:
+                    position = rng.end
+                    break
+                position = offset + 1
+                ts_type, ts = msg.timestamp()
+                cols["key"].append(msg.key())
+                cols["value"].append(msg.value())
+                cols["topic"].append(msg.topic())
+                cols["partition"].append(msg.partition())
+                cols["offset"].append(offset)
+                cols["timestamp"].append(ts * 1000 if ts_type else None)
+                cols["timestampType"].append(_TS_TYPE.get(ts_type, -1))
+                if want_headers:
+                    hs = msg.headers()
+                    cols["headers"].append(
+                        [{"key": k, "value": v} for k, v in hs] if hs else None
+                    )
+                if len(cols["offset"]) >= rows_per_batch:
+                    yield flush()
+        if cols["offset"]:
+            yield flush()
+    finally:
+        consumer.unassign()
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming sink: each task produces its rows and flushes before reporting success."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        _check_sink_schema(schema, opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
+        stats = produce_batches(iterator, self.opts)
+        return WriteCommit(stats.records, stats.per_partition)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Every task flushed already; the batch is done when all of them succeeded."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Records of failed tasks may be in Kafka already: at-least-once, Spark replays."""
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("cutover_kafka")``."""
+
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        _check_sink_schema(schema, opts)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
+        stats = produce_batches(iterator, self.opts)
+        return WriteCommit(stats.records, stats.per_partition)
+
+
+def _check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
+    """Spark's Kafka sink rules: a value column, string/binary key and value, a topic."""
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType
+
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise ValueError("the Kafka sink needs a 'value' column (string or binary)")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
+            raise ValueError(f"the Kafka sink's {name!r} column must be string or binary, "
+                             f"not {fields[name].simpleString()}")
+    if opts.topic is None and not isinstance(fields.get("topic"), StringType):
+        raise ValueError("the Kafka sink needs the option 'topic' or a string 'topic' column")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise ValueError("the Kafka sink's 'partition' column must be int")
+    if "headers" in fields and not isinstance(fields["headers"], ArrayType):
+        raise ValueError("the Kafka sink's 'headers' column must be "
+                         "array<struct<key:string,value:binary>>")
+
+
+__all__ = ["NAME", "CutoverKafka", "ProduceStats", "rate_limit", "source_schema"]

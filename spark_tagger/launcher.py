@@ -1,0 +1,240 @@
+"""Running an unmodified PySpark job with the tagger: patch, then ``runpy`` the job file.
+
+The job runs in this process, as the Spark driver. Before its first line, the launcher patches
+PySpark's readers and writers:
+
+* ``writeStream.format("kafka")`` is always served by the tagging sink (:mod:`.tagger`): at
+  ``start()`` the launcher finds the event time, then starts the same query (same output mode,
+  trigger, name, checkpoint and options) with ``foreachBatch`` instead of the Kafka sink;
+* ``readStream.format("kafka")`` (and batch ``read``/``write``) use the Python source
+  ``cutover_kafka`` wherever Spark's JVM Kafka connector is absent (``--kafka-source``).
+
+A problem the operator must fix (no event time, no topic) raises :class:`TaggerError` at
+``start()``, before any batch runs.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from typing import Any
+
+from spark_tagger.event_time import EventTimeError, attach_event_time
+from spark_tagger.kafka_source import NAME as PY_KAFKA
+from spark_tagger.kafka_source import CutoverKafka
+from spark_tagger.options import KafkaOptionError, SinkOptions
+from spark_tagger.tagger import BatchTagger, TagSettings
+
+JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+_settings: TagSettings | None = None
+_originals: dict[tuple[type, str], Any] = {}
+
+
+class TaggerError(RuntimeError):
+    """The job cannot be tagged as written; the message says what to pass or change."""
+
+
+def jvm_kafka_available(spark: Any) -> bool:
+    try:
+        return bool(spark._jvm.org.apache.spark.util.Utils.classIsLoadable(JVM_KAFKA_PROVIDER))
+    except Exception:  # py4j errors: treat as absent
+        return False
+
+
+def use_python_kafka(spark: Any) -> bool:
+    mode = _settings.kafka_source if _settings is not None else "auto"
+    if mode == "python":
+        return True
+    if mode == "jvm":
+        return False
+    return not jvm_kafka_available(spark)
+
+
+def ensure_registered(spark: Any) -> None:
+    """Register ``cutover_kafka`` once per session (registration is per session)."""
+    jss = spark._jsparkSession
+    if getattr(spark, "_cutover_kafka_registered", None) is jss:
+        return
+    spark.dataSource.register(CutoverKafka)
+    spark._cutover_kafka_registered = jss
+
+
+def _orig(cls: type, name: str) -> Any:
+    return _originals[(cls, name)]
+
+
+def _patch(cls: type, name: str, fn: Any) -> None:
+    if (cls, name) not in _originals:
+        _originals[(cls, name)] = getattr(cls, name)
+    setattr(cls, name, fn)
+
+
+def _is_kafka(source: Any) -> bool:
+    return isinstance(source, str) and source.strip().lower() == "kafka"
+
+
+def _writer_state(w: Any) -> dict[str, Any]:
+    state = w.__dict__.get("_bg_state")
+    if state is None:
+        state = {"format": None, "options": {}, "outputMode": None, "trigger": None,
+                 "queryName": None}
+        w.__dict__["_bg_state"] = state
+    return state
+
+
+def install(settings: TagSettings) -> None:
+    """Patch PySpark (idempotent). Called by the launcher before the job's first line."""
+    global _settings
+    _settings = settings
+    from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
+    from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
+
+    # --- reads (streaming and batch) and batch writes: Python connector if the JVM one is absent
+    def make_format(cls: type) -> Any:
+        original = _originals.get((cls, "format"), cls.format)
+
+        def format(self: Any, source: str) -> Any:
+            if _is_kafka(source) and use_python_kafka(self._spark):
+                ensure_registered(self._spark)
+                source = PY_KAFKA
+            return original(self, source)
+
+        return format
+
+    for cls in (DataStreamReader, DataFrameReader, DataFrameWriter):
+        _patch(cls, "format", make_format(cls))
+
+    # --- streaming writes: record what the job sets, swap the sink at start()
+    dsw = DataStreamWriter
+
+    def w_format(self: Any, source: str) -> Any:
+        _writer_state(self)["format"] = source
+        if _is_kafka(source):
+            return self  # the Kafka sink is never used; the tagger replaces it at start()
+        return _orig(dsw, "format")(self, source)
+
+    def w_option(self: Any, key: str, value: Any) -> Any:
+        _writer_state(self)["options"][key] = value
+        return _orig(dsw, "option")(self, key, value)
+
+    def w_options(self: Any, **options: Any) -> Any:
+        _writer_state(self)["options"].update(options)
+        return _orig(dsw, "options")(self, **options)
+
+    def w_output_mode(self: Any, outputMode: str) -> Any:
+        _writer_state(self)["outputMode"] = outputMode
+        return _orig(dsw, "outputMode")(self, outputMode)
+
+    def w_trigger(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _writer_state(self)["trigger"] = (args, kwargs)
+        return _orig(dsw, "trigger")(self, *args, **kwargs)
+
+    def w_query_name(self: Any, queryName: str) -> Any:
+        _writer_state(self)["queryName"] = queryName
+        return _orig(dsw, "queryName")(self, queryName)
+
+    def w_foreach_batch(self: Any, func: Any) -> Any:
+        _writer_state(self)["format"] = "foreachBatch"
+        return _orig(dsw, "foreachBatch")(self, func)
+
+    def w_foreach(self: Any, f: Any) -> Any:
+        _writer_state(self)["format"] = "foreach"
+        return _orig(dsw, "foreach")(self, f)
+
+    def w_start(self: Any, path: str | None = None, format: str | None = None,
+                outputMode: str | None = None, partitionBy: Any = None,
+                queryName: str | None = None, **options: Any) -> Any:
+        if options:
+            self.options(**options)
+        if outputMode is not None:
+            self.outputMode(outputMode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        if queryName is not None:
+            self.queryName(queryName)
+        if _is_kafka(_writer_state(self)["format"]):
+            return start_tagged(self)
+        return _orig(dsw, "start")(self, path)
+
+    _patch(dsw, "format", w_format)
+    _patch(dsw, "option", w_option)
+    _patch(dsw, "options", w_options)
+    _patch(dsw, "outputMode", w_output_mode)
+    _patch(dsw, "trigger", w_trigger)
+    _patch(dsw, "queryName", w_query_name)
+    _patch(dsw, "foreachBatch", w_foreach_batch)
+    _patch(dsw, "foreach", w_foreach)
+    _patch(dsw, "start", w_start)
+
+
+def start_tagged(writer: Any) -> Any:
+    """Start the job's Kafka-bound query through the tagging sink."""
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    assert _settings is not None
+    state = _writer_state(writer)
+    options = {str(k): ("" if v is None else str(v)) for k, v in state["options"].items()}
+    try:
+        sink = SinkOptions.from_options(options)
+    except KafkaOptionError as exc:
+        raise TaggerError(f"the job's Kafka sink: {exc}") from None
+    if sink.topic is None:
+        raise TaggerError(
+            "the job's Kafka sink has no .option('topic', ...); the tagger needs one output "
+            "topic per query to send heartbeats to every partition of it"
+        )
+    trigger = state["trigger"]
+    if trigger is not None and "continuous" in trigger[1]:
+        raise TaggerError("continuous triggers are not supported by the tagger (it works per "
+                          "micro-batch); use processingTime or availableNow")
+    try:
+        tagged_df, found = attach_event_time(writer._df, _settings.event_time)
+    except EventTimeError as exc:
+        raise TaggerError(str(exc)) from None
+    spark = writer._spark
+    tagger = BatchTagger(spark, _settings, sink)
+    new = DataStreamWriter(tagged_df)
+    orig = _originals
+    if state["outputMode"] is not None:
+        orig[(DataStreamWriter, "outputMode")](new, state["outputMode"])
+    if trigger is not None:
+        orig[(DataStreamWriter, "trigger")](new, *trigger[0], **trigger[1])
+    if state["queryName"] is not None:
+        orig[(DataStreamWriter, "queryName")](new, state["queryName"])
+    for key, value in state["options"].items():
+        orig[(DataStreamWriter, "option")](new, key, value)
+    orig[(DataStreamWriter, "foreachBatch")](new, tagger)
+    if not _settings.quiet:
+        print(f"cutover tag: version {_settings.version} -> topic {sink.topic}; event time: "
+              f"{found.description}", file=sys.stderr, flush=True)
+    query = orig[(DataStreamWriter, "start")](new)
+    tagger.query.set(query)
+    return query
+
+
+def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
+    """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    install(settings)
+    job_dir = os.path.dirname(os.path.abspath(job))
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [job, *args]
+    sys.path.insert(0, job_dir)
+    try:
+        runpy.run_path(job, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    finally:
+        sys.argv, sys.path = saved_argv, saved_path
+    return 0

@@ -1,0 +1,109 @@
+"""The router worker as a Faust application.
+
+Faust runs the worker (signals, logging, the web server for ``/status`` and ``/metrics``) and
+owns the data path as a service; the data path itself is a batched confluent-kafka loop in a
+thread (see router.datapath for why). Faust's own aiokafka clients are not started: nothing in
+the router goes through them, so no guarantee rests on a Faust table changelog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import faust
+from faust.app.base import BootStrategy
+from faust.web import Request, Response, View
+
+from cutover.settings import RouterSettings
+from router.datapath import DataPath, RouterConfigError
+
+log = logging.getLogger("cutover.router")
+
+
+class _NoKafkaBoot(BootStrategy):
+    """Web server, sensors and our services; no Faust consumer/producer (the data path has
+    its own confluent-kafka clients)."""
+
+    enable_kafka = False
+
+
+class RouterApp(faust.App):
+    BootStrategy = _NoKafkaBoot
+
+
+class DataPathService(faust.Service):
+    """Runs :class:`DataPath` in a thread; a crash there stops the worker with a message."""
+
+    def __init__(self, engine: DataPath, **kwargs: Any) -> None:
+        self.engine = engine
+        self.exit_code = 0
+        super().__init__(**kwargs)
+
+    @faust.Service.task
+    async def _run(self) -> None:
+        try:
+            await asyncio.to_thread(self.engine.run)
+        except RouterConfigError as exc:
+            log.error("router cannot start: %s", exc)
+            self.exit_code = 2
+        except Exception as exc:
+            log.exception("router data path failed: %s", exc)
+            self.exit_code = 1
+        if not self.engine.stop_event.is_set():
+            self.engine.stop()
+            await self.crash(RuntimeError("router data path stopped"))
+
+    async def on_stop(self) -> None:
+        self.engine.stop()
+
+
+def build_app(settings: RouterSettings, worker_id: str | None = None) -> tuple[RouterApp,
+                                                                               DataPath]:
+    engine = DataPath(settings, worker_id)
+    web = settings.http_port is not None
+    app = RouterApp(
+        f"cutover-router-{settings.group_id}",
+        broker=f"kafka://{settings.bootstrap.split(',')[0]}",
+        store="memory://",
+        web_enabled=web,
+        web_port=settings.http_port or 6066,
+        web_bind="0.0.0.0",
+        datadir=str(settings.state_dir / "faust"),
+    )
+    service = DataPathService(engine, loop=None)
+    app._extra_services.append(service)  # type: ignore[arg-type]  # an instance, not a class
+
+    @app.page("/status")
+    class StatusView(View):
+        async def get(self, request: Request) -> Response:
+            return self.json(engine.board.as_json())
+
+    @app.page("/metrics")
+    class MetricsView(View):
+        async def get(self, request: Request) -> Response:
+            return self.text(engine.board.prometheus(),
+                             content_type="text/plain; version=0.0.4")
+
+    @app.page("/health")
+    class HealthView(View):
+        async def get(self, request: Request) -> Response:
+            ok = engine.ready.is_set() and not engine.stop_event.is_set()
+            return self.json({"ready": ok}, status=200 if ok else 503)
+
+    del StatusView, MetricsView, HealthView
+    app.router_service = service  # type: ignore[attr-defined]
+    return app, engine
+
+
+def run_worker(settings: RouterSettings, loglevel: str = "INFO") -> int:
+    """Start a worker and block until it stops; return the exit code."""
+    app, _engine = build_app(settings)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        return app.router_service.exit_code or code  # type: ignore[attr-defined]
+    return app.router_service.exit_code  # type: ignore[attr-defined]

@@ -1,0 +1,131 @@
+"""The control topic, read by every worker as a broadcast, and plan recovery at start.
+
+Every worker is assigned all control partitions from the beginning (no consumer group), so a
+plan reaches every partition owner. Garbage there (not JSON, huge, wrong types, no key) becomes
+a plan_rejected event; nothing on the control topic can stop a worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from pydantic import ValidationError
+
+from cutover.plan import CutoverPlan, PlanBook, PlanRejected, parse_plan
+from cutover.settings import RouterSettings
+from cutover.status import parse_status
+from router.kafka_io import partitions_of, read_to_end, reader_conf
+
+log = logging.getLogger("cutover.router")
+
+ControlEvent = tuple[str, Any]
+
+
+class ControlReader:
+    def __init__(self, conf: dict[str, Any], settings: RouterSettings, book: PlanBook) -> None:
+        self.settings = settings
+        self.book = book
+        self.routes = {r.name for r in settings.routes}
+        self.topic = settings.control_topic
+        n = partitions_of(conf, self.topic)
+        self.consumer = Consumer({**reader_conf(conf), "fetch.max.bytes": 8 * 1024 * 1024})
+        self.partitions = n or 0
+        self.consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
+                              for p in range(self.partitions)])
+        self.caught_up = False
+
+    def catch_up(self, timeout: float = 60.0) -> list[ControlEvent]:
+        """Read every partition to its end (quietly: replays are not news)."""
+        import time
+
+        events: list[ControlEvent] = []
+        pending = set(range(self.partitions))
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for msg in self.consumer.consume(1000, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    continue
+                ev = self._offer(msg.key(), msg.value())
+                if ev is not None and ev[0] != "stale":
+                    events.append(ev)
+        if pending:
+            log.warning("control topic %s: partitions %s not read to the end at start",
+                        self.topic, sorted(pending))
+        self.caught_up = True
+        return events
+
+    def poll(self) -> list[ControlEvent]:
+        events: list[ControlEvent] = []
+        for msg in self.consumer.consume(100, 0):
+            if msg.error() is not None:
+                continue
+            ev = self._offer(msg.key(), msg.value())
+            if ev is not None:
+                events.append(ev)
+        return events
+
+    def _offer(self, key: bytes | None, value: bytes | None) -> ControlEvent | None:
+        try:
+            route = key.decode() if key is not None else None
+        except UnicodeDecodeError:
+            route = None
+        if route is not None and route not in self.routes:
+            return None  # another deployment's route
+        if route is None:
+            return ("rejected", (None, PlanRejected("control record has no (UTF-8) key; the "
+                                                    "key is the route name")))
+        try:
+            kind, outcome = self.book.offer(route, value)
+        except Exception as exc:  # a plan must never stop a worker
+            return ("rejected", (route, PlanRejected(f"unreadable plan ({exc})")))
+        if kind == "accepted":
+            log.info("route %s: accepted plan epoch %d", route, outcome.epoch)  # type: ignore[union-attr]
+            return ("accepted", outcome)
+        if kind == "rejected":
+            log.warning("route %s: rejected plan: %s", route, outcome)
+            return ("rejected", (route, outcome))
+        plan: CutoverPlan = outcome  # type: ignore[assignment]
+        held = self.book.plans[route]
+        if plan == held:
+            return None  # a replay of the plan held
+        return ("stale", (route, PlanRejected(
+            f"stale plan: epoch {plan.epoch} is not greater than the epoch held "
+            f"({held.epoch}); publish epoch {held.epoch + 1} or later", epoch=plan.epoch,
+            route=route)))
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def recover_plans(conf: dict[str, Any], settings: RouterSettings,
+                  key: bytes | None) -> list[CutoverPlan]:
+    """The last good plan of each route found on the status topic (every status message carries
+    it), so a restart keeps it even if the control topic's newest record is bad."""
+    routes = {r.name for r in settings.routes}
+    best: dict[str, CutoverPlan] = {}
+    if partitions_of(conf, settings.status_topic) is None:
+        return []
+    for msg in read_to_end(conf, settings.status_topic):
+        if msg.key() is None or msg.value() is None:
+            continue
+        try:
+            status = parse_status(msg.value())
+        except (ValidationError, ValueError):
+            continue
+        plan = status.plan
+        if plan is None or plan.route not in routes:
+            continue
+        if key is not None:
+            try:
+                parse_plan(plan.to_json(), route=plan.route, key=key)
+            except PlanRejected:
+                continue
+        held = best.get(plan.route)
+        if held is None or plan.epoch > held.epoch:
+            best[plan.route] = plan
+    return list(best.values())

@@ -1,0 +1,126 @@
+"""Small confluent-kafka helpers shared by the router and the CLI: client settings with the
+operator's SASL/TLS pass-through, waiting for the broker with backoff, reading a partition to
+its end (the Fetch high watermark, which is right on every broker)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from cutover.settings import RouterSettings
+
+log = logging.getLogger("cutover.router")
+
+# Properties only a consumer understands; librdkafka warns when a producer or admin gets them.
+_CONSUMER_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+                  "group.", "auto.offset.reset", "enable.auto.commit", "fetch.",
+                  "partition.assignment.strategy", "isolation.level", "queued.", "max.partition")
+
+
+class BrokerUnavailable(RuntimeError):
+    """The broker did not answer; the message says where and why."""
+
+
+def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "logger": log, "log_level": 3, **(kafka or {})}
+
+
+def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) -> dict[str, Any]:
+    """Settings for one client: bootstrap + the operator's ``kafka:`` pass-through + ``extra``."""
+    conf = base_conf(settings.bootstrap, dict(settings.kafka))
+    if role != "consumer":
+        conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
+    conf.update(extra)
+    return conf
+
+
+def wait_for_broker(conf: dict[str, Any], stop: threading.Event | None = None,
+                    max_delay: float = 30.0, give_up_after: float | None = None) -> None:
+    """Block until the cluster answers a metadata request, retrying with backoff and logging
+    one line per attempt (never a traceback)."""
+    admin_conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
+    delay = 1.0
+    started = time.monotonic()
+    while True:
+        try:
+            AdminClient(admin_conf).list_topics(timeout=5.0)
+            return
+        except KafkaException as exc:
+            reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        if give_up_after is not None and time.monotonic() - started > give_up_after:
+            raise BrokerUnavailable(
+                f"no Kafka broker answered at {conf['bootstrap.servers']} ({reason}); check "
+                "the bootstrap address, that the broker runs, and the kafka: security settings")
+        log.warning("cannot reach Kafka at %s (%s); retrying in %.0fs",
+                    conf["bootstrap.servers"], reason, delay)
+        if stop is not None and stop.wait(delay):
+            raise BrokerUnavailable("stopped while waiting for the broker")
+        if stop is None:
+            time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
+def partitions_of(conf: dict[str, Any], topic: str) -> int | None:
+    admin_conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
+    meta = AdminClient(admin_conf).list_topics(topic, timeout=10.0)
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        return None
+    return len(t.partitions)
+
+
+def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
+    return {**conf, "group.id": f"cutover-reader-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False, "enable.partition.eof": True,
+            "auto.offset.reset": "earliest"}
+
+
+def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | None = None,
+                timeout: float = 60.0, batch: int = 5000) -> Iterator[Message]:
+    """Yield every record of the given partitions (partition -> start offset; all partitions
+    from the beginning when None) up to each partition's end at the time of reading."""
+    if partitions is None:
+        n = partitions_of(conf, topic)
+        if n is None:
+            return
+        partitions = dict.fromkeys(range(n), OFFSET_BEGINNING)
+    if not partitions:
+        return
+    consumer = Consumer(reader_conf(conf))
+    try:
+        consumer.assign([TopicPartition(topic, p, max(o, 0) if o >= 0 else o)
+                         for p, o in partitions.items()])
+        pending = set(partitions)
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(
+                    f"could not read {topic} partitions {sorted(pending)} to their end within "
+                    f"{timeout:.0f}s")
+            for msg in consumer.consume(batch, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    elif err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                        KafkaError._UNKNOWN_PARTITION):
+                        raise BrokerUnavailable(f"reading {topic}: {err.str()}")
+                    continue
+                yield msg
+    finally:
+        consumer.close()

@@ -1,0 +1,167 @@
+"""The worker's status: built from the partitions it owns, published on the status topic at
+each change and every ``status_interval_s``, and kept for the HTTP endpoints.
+
+A worker knows only its own partitions; its message lists them (with the plan epoch they run,
+which is the message's ``epoch``), and ``cutover status``/``wait`` merge the newest message of
+every worker per partition and recompute readiness over all partitions with the same function.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from cutover.plan import PlanRejected, utcnow
+from cutover.status import Counters, PartitionStatus, PlanRejectedEvent, RouteStatus
+from router.readiness import PartitionProgress, readiness
+
+if TYPE_CHECKING:
+    from router.datapath import DataPath
+
+log = logging.getLogger("cutover.router")
+
+
+class StatusBoard:
+    def __init__(self, engine: DataPath) -> None:
+        self.engine = engine
+        self.changed = True
+        self._last_publish = 0.0
+        self._last_key: dict[str, tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+        self.latest: dict[str, RouteStatus] = {}
+        self.rejections: dict[str, PlanRejectedEvent] = {}
+
+    # -- building ---------------------------------------------------------------------------
+
+    def build(self, route: str) -> RouteStatus:
+        eng = self.engine
+        rt = eng.routes[route]
+        plan = eng.book.plans.get(route)
+        parts: dict[int, PartitionStatus] = {}
+        progress: dict[int, PartitionProgress] = {}
+        counters = Counters()
+        to = plan.transition[1] if plan is not None and plan.transition else None
+        for (r, p), owned in sorted(eng.owned.items()):
+            if r != route:
+                continue
+            pr = owned.router
+            held = len(pr.held)
+            parts[p] = PartitionStatus(horizon=pr.horizon, watermarks=dict(pr.watermarks),
+                                       pinned=pr.pinned, held=held)
+            progress[p] = PartitionProgress(
+                epoch=pr.epoch, boundary=pr.boundary_of(to) if to else None,
+                watermarks=dict(pr.watermarks), held=held)
+            c = pr.counters
+            counters = counters.add(Counters(
+                forwarded=c.forwarded, suppressed=dict(c.suppressed), duplicates=c.duplicates,
+                dead_lettered=c.dead_lettered, held=held))
+        transition = readiness(plan, progress, rt.num_partitions, utcnow())
+        return RouteStatus(route=route, epoch=plan.epoch if plan else None,
+                           transition=transition, partitions=parts,
+                           num_partitions=rt.num_partitions, counters=counters, plan=plan,
+                           worker=eng.worker_id)
+
+    # -- publishing -------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        periodic = now - self._last_publish >= self.engine.settings.status_interval_s
+        for route in self.engine.routes:
+            status = self.build(route)
+            key = (status.epoch, status.transition.state, tuple(status.partitions),
+                   len(status.transition.holdups))
+            if periodic or self.changed or key != self._last_key.get(route):
+                self._publish(route, status.model_dump_json(by_alias=True).encode())
+                self._last_key[route] = key
+            with self._lock:
+                self.latest[route] = status
+        if periodic or self.changed:
+            self._last_publish = now
+        self.changed = False
+
+    def control_event(self, kind: str, payload: Any) -> None:
+        if kind == "accepted":
+            self.changed = True
+            return
+        route, rejected = payload
+        assert isinstance(rejected, PlanRejected)
+        route = route or rejected.route
+        if route is None:
+            log.warning("control record rejected: %s", rejected.reason)
+            return
+        event = PlanRejectedEvent(route=route, epoch=rejected.epoch, reason=rejected.reason,
+                                  plan=self.engine.book.plans.get(route),
+                                  worker=self.engine.worker_id)
+        with self._lock:
+            self.rejections[route] = event
+        self._publish(route, event.model_dump_json(by_alias=True).encode())
+
+    def _publish(self, route: str, value: bytes) -> None:
+        producer = self.engine._producer
+        if producer is None:
+            return
+        try:
+            producer.produce(self.engine.settings.status_topic, value, route.encode())
+            producer.poll(0)
+        except BufferError:
+            log.warning("status not published: producer queue full")
+
+    # -- HTTP views -------------------------------------------------------------------------
+
+    def as_json(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "worker": self.engine.worker_id,
+                "routes": {r: s.model_dump(mode="json", by_alias=True)
+                           for r, s in self.latest.items()},
+                "rejected": {r: e.model_dump(mode="json") for r, e in self.rejections.items()},
+            }
+
+    def prometheus(self) -> str:
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_: str) -> None:
+            lines.append(f"# HELP cutover_{name} {help_}")
+            lines.append(f"# TYPE cutover_{name} {kind}")
+
+        with self._lock:
+            statuses = list(self.latest.values())
+        metric("forwarded_total", "counter", "records forwarded to the output topic")
+        for s in statuses:
+            lines.append(f'cutover_forwarded_total{{route="{s.route}"}} {s.counters.forwarded}')
+        metric("suppressed_total", "counter", "records suppressed (not primary), per version")
+        for s in statuses:
+            for v, n in sorted(s.counters.suppressed.items()):
+                lines.append(f'cutover_suppressed_total{{route="{s.route}",version="{v}"}} {n}')
+        metric("duplicates_total", "counter", "duplicate records removed")
+        for s in statuses:
+            lines.append(f'cutover_duplicates_total{{route="{s.route}"}} {s.counters.duplicates}')
+        metric("dead_lettered_total", "counter", "records sent to the dead-letter topic")
+        for s in statuses:
+            lines.append(f'cutover_dead_lettered_total{{route="{s.route}"}} '
+                         f"{s.counters.dead_lettered}")
+        metric("held", "gauge", "records held for ordered handover")
+        for s in statuses:
+            lines.append(f'cutover_held{{route="{s.route}"}} {s.counters.held}')
+        metric("plan_epoch", "gauge", "epoch of the plan in force")
+        for s in statuses:
+            lines.append(f'cutover_plan_epoch{{route="{s.route}"}} {s.epoch or 0}')
+        metric("transition_state", "gauge", "1 for the current transition state")
+        for s in statuses:
+            lines.append(f'cutover_transition_state{{route="{s.route}",'
+                         f'state="{s.transition.state.value}"}} 1')
+        metric("watermark_ms", "gauge", "a version's event-time watermark on a partition")
+        for s in statuses:
+            for p, ps in sorted(s.partitions.items()):
+                for v, wm in sorted(ps.watermarks.items()):
+                    lines.append(f'cutover_watermark_ms{{route="{s.route}",partition="{p}",'
+                                 f'version="{v}"}} {wm}')
+        metric("horizon_ms", "gauge", "largest event time routed on a partition")
+        for s in statuses:
+            for p, ps in sorted(s.partitions.items()):
+                if ps.horizon is not None:
+                    lines.append(f'cutover_horizon_ms{{route="{s.route}",partition="{p}"}} '
+                                 f"{ps.horizon}")
+        return "\n".join(lines) + "\n"

@@ -1,15 +1,15 @@
 """The tagged-record envelope: the ``bg.*`` headers the tagger writes and the router reads.
 
-Parsing is on the router's per-record path, so :func:`parse_headers` checks by hand and builds
-the model with ``model_construct``; :class:`TaggedRecord` validation gives the same answers
-(a test holds the two together).
+Parsing is on the router's per-record path, so :func:`parse_headers` checks by hand and
+returns a plain :class:`Envelope`; :class:`TaggedRecord` validation gives the same answers (a
+property test holds the two together).
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,6 +60,10 @@ class TaggedRecord(BaseModel):
             raise ValueError(f"{EVENT_TIME} is required on a data record")
         return self
 
+    @classmethod
+    def from_headers(cls, headers: Headers | None) -> TaggedRecord:
+        return cls.model_validate(parse_headers(headers)._asdict())
+
     def to_headers(self) -> Headers:
         out: Headers = [(VERSION, self.version.encode())]
         if self.kind is RecordKind.DATA:
@@ -74,62 +78,77 @@ class TaggedRecord(BaseModel):
 
 
 def _int(header: str, raw: bytes | None) -> int:
+    # int() alone would accept b" 1", b"1_0" and b"+1"; the contract says a plain integer.
+    if raw and (raw.isdigit() or (raw[:1] == b"-" and raw[1:].isdigit())):
+        return int(raw)
     if raw is None:
         raise HeaderError(header, "has no value")
+    text = raw.decode("ascii", "replace")
+    raise HeaderError(header, f"{text[:40]!r} is not an integer (epoch milliseconds)")
+
+
+class Envelope(NamedTuple):
+    """The parsed headers, on the per-record path (same fields as :class:`TaggedRecord`)."""
+
+    version: str
+    kind: RecordKind
+    event_time: int | None
+    watermark: int | None
+    batch: int | None
+
+
+_known_versions: dict[bytes, str] = {}
+_ENVELOPE_HEADERS = frozenset((VERSION, EVENT_TIME, WATERMARK, BATCH, KIND))
+
+
+def _version(raw: bytes | None) -> str:
+    known = _known_versions.get(raw)  # type: ignore[arg-type]
+    if known is not None:
+        return known
+    if raw is None:
+        raise HeaderError(VERSION, "has no value")
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
-        raise HeaderError(header, "is not ASCII") from None
-    # int() accepts "1_000" and surrounding blanks; the contract says a plain integer.
-    if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
-        raise HeaderError(header, f"{text[:40]!r} is not an integer (epoch milliseconds)")
-    return int(text)
+        raise HeaderError(VERSION, "is not ASCII") from None
+    if not _VERSION_RE.match(text):
+        raise HeaderError(VERSION, f"{text[:70]!r} is not a version id "
+                          "([A-Za-z0-9._-], 1 to 64 characters)")
+    if len(_known_versions) < 10_000:
+        _known_versions[raw] = text
+    return text
 
 
-def parse_headers(headers: Headers | None) -> TaggedRecord:
+def parse_headers(headers: Headers | None) -> Envelope:
     """Read the envelope from a Kafka header list; raise :class:`HeaderError` on any problem."""
-    version = event_time = watermark = batch = kind = None
+    version = event_time = watermark = batch = None
+    kind = RecordKind.DATA
     seen: set[str] = set()
     for name, raw in headers or ():
-        if not name.startswith("bg."):
+        if name not in _ENVELOPE_HEADERS:
             continue
-        if name in seen and name in (VERSION, EVENT_TIME, WATERMARK, BATCH, KIND):
+        if name in seen:
             raise HeaderError(name, "appears more than once")
         seen.add(name)
-        if name == VERSION:
-            if raw is None:
-                raise HeaderError(VERSION, "has no value")
-            try:
-                version = raw.decode("ascii")
-            except UnicodeDecodeError:
-                raise HeaderError(VERSION, "is not ASCII") from None
-            if not _VERSION_RE.match(version):
-                raise HeaderError(VERSION, f"{version[:70]!r} is not a version id "
-                                  "([A-Za-z0-9._-], 1 to 64 characters)")
-        elif name == EVENT_TIME:
+        if name == EVENT_TIME:
             event_time = _int(EVENT_TIME, raw)
+        elif name == VERSION:
+            version = _version(raw)
         elif name == WATERMARK:
             watermark = _int(WATERMARK, raw)
         elif name == BATCH:
             batch = _int(BATCH, raw)
             if batch < 0:
                 raise HeaderError(BATCH, "is negative")
-        elif name == KIND:
-            if raw == b"data":
-                kind = RecordKind.DATA
-            elif raw == b"heartbeat":
-                kind = RecordKind.HEARTBEAT
-            else:
-                raise HeaderError(KIND, f"{raw!r} is neither 'data' nor 'heartbeat'")
+        elif raw == b"heartbeat":
+            kind = RecordKind.HEARTBEAT
+        elif raw != b"data":
+            raise HeaderError(KIND, f"{raw!r} is neither 'data' nor 'heartbeat'")
     if version is None:
         raise HeaderError(VERSION, "is missing")
-    if kind is None:
-        kind = RecordKind.DATA
-    if kind is RecordKind.DATA and event_time is None:
+    if event_time is None and kind is RecordKind.DATA:
         raise HeaderError(EVENT_TIME, "is missing on a data record")
-    return TaggedRecord.model_construct(
-        version=version, kind=kind, event_time=event_time, watermark=watermark, batch=batch
-    )
+    return Envelope(version, kind, event_time, watermark, batch)
 
 
 def heartbeat_headers(version: str, watermark: int | None, batch: int) -> Headers:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cutover.plan import PlanBook, PlanRejected, parse_plan, sign_plan
 
@@ -95,3 +97,35 @@ def test_plan_book_restore_never_goes_back() -> None:
     assert book.plans["orders"].epoch == 5
     book.restore(parse_plan(plan(6, (None, "green"))))
     assert book.plans["orders"].epoch == 6
+
+
+offers = st.one_of(
+    st.tuples(st.just("valid"), st.integers(0, 20), st.sampled_from(["blue", "green"])),
+    st.tuples(st.just("garbage"), st.binary(max_size=30), st.none()),
+    st.tuples(st.just("invalid"), st.integers(0, 20), st.none()),
+)
+
+
+@given(st.lists(offers, max_size=40))
+def test_plan_book_holds_the_first_valid_plan_of_the_highest_epoch(seq) -> None:
+    book = PlanBook()
+    best = None
+    for kind, a, b in seq:
+        if kind == "valid":
+            raw = plan(a, (None, b))
+        elif kind == "garbage":
+            raw = a
+        else:
+            raw = plan(a, (None, "blue"), (5, "blue"))  # repeats a primary: invalid
+        outcome, got = book.offer("orders", raw)
+        if kind == "valid" and (best is None or a > best[0]):
+            best = (a, b)
+            assert outcome == "accepted"
+        elif kind == "valid":
+            assert outcome == "stale"
+        else:
+            assert outcome == "rejected" and isinstance(got, PlanRejected) and got.reason
+        held = book.plans.get("orders")
+        assert (held is None) == (best is None)
+        if held is not None:
+            assert (held.epoch, held.segments[0].primary) == best

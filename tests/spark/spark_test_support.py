@@ -1,0 +1,169 @@
+"""Helpers for the Spark tests: running ``cutover tag`` as users do, and recomputing from the
+checkpoint and the input what every tagged record must say."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spark_tagger.checkpoint import OffsetLogMetadata, parse_offset_log
+from spark_tagger.tagger import BatchReport
+from spark_tagger.testing import Order, RawRecord
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = REPO / "examples" / "jobs"
+TEST_JOBS = Path(__file__).resolve().parent / "jobs"
+
+SPARK_SUBMIT_ARGS = ("--master local[2] --driver-memory 1g "
+                     "--conf spark.sql.shuffle.partitions=2 --conf spark.ui.enabled=false "
+                     "--conf spark.sql.session.timeZone=UTC pyspark-shell")
+
+
+def spark_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYSPARK_SUBMIT_ARGS": SPARK_SUBMIT_ARGS,
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def cutover_command() -> list[str]:
+    script = Path(sys.executable).parent / "cutover"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "cutover.cli"]
+
+
+def tag_command(version: str, job: Path | str, job_args: Sequence[str],
+                flags: Sequence[str] = ()) -> list[str]:
+    return [*cutover_command(), "tag", "--version", version, *flags, "--", str(job),
+            *job_args]
+
+
+@dataclass
+class TagRun:
+    """A ``cutover tag`` subprocess (own process group, so kill -9 takes Spark with it)."""
+
+    cmd: list[str]
+    log: Path
+    proc: subprocess.Popen[bytes] = field(init=False)
+
+    def start(self) -> TagRun:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=spark_env(),
+                                         cwd=REPO, start_new_session=True)
+        return self
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"cutover tag did not finish within {timeout:.0f}s:\n"
+                                 f"{self.tail()}") from None
+
+    def kill(self) -> None:
+        """kill -9 of the whole job: launcher, JVM and Python workers."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def reports(self) -> list[BatchReport]:
+        prefix = "cutover tag: {"
+        return [BatchReport.model_validate_json(line[len(prefix) - 1:])
+                for line in self.text().splitlines() if line.startswith(prefix)]
+
+
+def run_tag(cmd: list[str], log: Path, timeout: float = 300.0) -> TagRun:
+    run = TagRun(cmd, log).start()
+    code = run.wait(timeout)
+    assert code == 0, f"cutover tag exited {code}:\n{run.tail()}"
+    return run
+
+
+# ----------------------------------------------------------------------------- checkpoint
+
+
+@dataclass(frozen=True)
+class OffsetLog:
+    batch: int
+    meta: OffsetLogMetadata
+    ends: dict[int, int]  # input partition -> end offset (exclusive) of this batch
+
+
+def offset_logs(checkpoint: Path, topic: str) -> list[OffsetLog]:
+    """Every ``offsets/<id>`` file of the query, in batch order."""
+    out = []
+    for f in (checkpoint / "offsets").iterdir():
+        if not f.name.isdigit():
+            continue
+        text = f.read_text()
+        source = json.loads(text.splitlines()[2])
+        ends = {int(p): int(o) for p, o in source[topic].items()}
+        out.append(OffsetLog(int(f.name), parse_offset_log(text), ends))
+    return sorted(out, key=lambda x: x.batch)
+
+
+def committed_batches(checkpoint: Path) -> set[int]:
+    return {int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit()}
+
+
+def assign_batches(logs: list[OffsetLog], inputs: dict[tuple[int, int], Any],
+                   first_start: dict[int, int] | None = None) -> dict[tuple[int, int], int]:
+    """(input partition, offset) -> id of the batch that read it."""
+    out: dict[tuple[int, int], int] = {}
+    prev = dict(first_start or {})
+    for log in logs:
+        for (p, o) in inputs:
+            if prev.get(p, 0) <= o < log.ends.get(p, 0):
+                out[(p, o)] = log.batch
+        prev = dict(log.ends)
+    return out
+
+
+def expected_watermarks(logs: list[OffsetLog], orders: dict[tuple[int, int], Order],
+                        delay_ms: int) -> dict[int, int | None]:
+    """Spark's rule: wm(n) = max(wm(n-1), max event time read by batches < n - delay); 0 = none."""
+    batch = assign_batches(logs, orders)
+    out: dict[int, int | None] = {}
+    wm = 0
+    max_seen: int | None = None
+    for log in logs:
+        out[log.batch] = wm or None
+        times = [orders[pos].ts for pos, b in batch.items() if b == log.batch]
+        if times:
+            max_seen = max(times) if max_seen is None else max(max_seen, *times)
+            wm = max(wm, max_seen - delay_ms)
+    return out
+
+
+def orders_by_position(records: list[RawRecord]) -> dict[tuple[int, int], Order]:
+    return {(r.partition, r.offset): Order.model_validate_json(r.value or b"") for r in records}
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -1,0 +1,201 @@
+"""The unmodified windowed example job, blue and green side by side under ``cutover tag``.
+
+One run per module: both versions read the same input and write to one shared raw topic (the
+default layout). Every record is checked against what it must be, recomputed from the input and
+the checkpoint: window contents, event time (the window's end), the batch that emitted it and that
+batch's watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_EVEN, Decimal
+from pathlib import Path
+
+import pytest
+from spark_test_support import (
+    JOBS,
+    OffsetLog,
+    TagRun,
+    assign_batches,
+    committed_batches,
+    expected_watermarks,
+    offset_logs,
+    orders_by_position,
+    tag_command,
+)
+
+from cutover.broker import create_topics
+from cutover.headers import BATCH, EVENT_TIME, KIND, VERSION, WATERMARK, parse_headers
+from spark_tagger.partitioner import partition_for
+from spark_tagger.testing import EventSpec, Order, RawRecord, make_orders, read_topic, write_orders
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+WINDOW_MS = 10_000
+DELAY_MS = 5_000
+RAW_PARTITIONS = 8  # more partitions than customers: some get only heartbeats
+SPEC = EventSpec(seed=11, count=480, customers=4, step_ms=250, max_disorder_ms=2_000,
+                 closing_gap_ms=60_000)
+JOB_FILES = {"blue": "windowed_totals.py", "green": "windowed_totals_green.py"}
+
+
+@dataclass
+class SideBySide:
+    orders: dict[tuple[int, int], Order]
+    raw: list[RawRecord]
+    checkpoints: dict[str, Path]
+    runs: dict[str, TagRun]
+    input_topic: str
+
+
+@pytest.fixture(scope="module")
+def side_by_side(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
+    tmp = tmp_path_factory.mktemp("blue-green")
+    tin, raw = f"orders-{uuid.uuid4().hex[:8]}", f"totals-raw-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 4, raw: RAW_PARTITIONS})
+    write_orders(bootstrap, tin, make_orders(SPEC))
+    runs: dict[str, TagRun] = {}
+    checkpoints: dict[str, Path] = {}
+    for version, job in JOB_FILES.items():
+        checkpoints[version] = tmp / f"ck-{version}"
+        args = ["--bootstrap", bootstrap, "--input", tin, "--output", raw,
+                "--checkpoint", str(checkpoints[version]), "--available-now",
+                "--max-offsets-per-trigger", "120"]
+        runs[version] = TagRun(tag_command(version, JOBS / job, args), tmp / f"{version}.log")
+    for run in runs.values():  # both at once: side by side
+        run.start()
+    for version, run in runs.items():
+        code = run.wait(480)
+        assert code == 0, f"{version} exited {code}:\n{run.tail()}"
+    return SideBySide(
+        orders=orders_by_position(read_topic(bootstrap, tin)),
+        raw=read_topic(bootstrap, raw),
+        checkpoints=checkpoints,
+        runs=runs,
+        input_topic=tin,
+    )
+
+
+def _expected(s: SideBySide, logs: list[OffsetLog], wms: dict[int, int | None]
+              ) -> dict[tuple[str, int], tuple[int, list[Order]]]:
+    """(customer, window start) -> (batch that emits it, its orders), by Spark's append rules."""
+    batch = assign_batches(logs, s.orders)
+    assert set(batch) == set(s.orders), "the job did not read the whole input"
+    groups: dict[tuple[str, int], list[Order]] = {}
+    for pos, order in s.orders.items():
+        start = order.ts - order.ts % WINDOW_MS
+        wm = wms[batch[pos]]
+        if wm is not None and start + WINDOW_MS <= wm:
+            continue  # late for its batch: Spark drops it
+        groups.setdefault((order.customer, start), []).append(order)
+    out = {}
+    for (customer, start), orders in groups.items():
+        end = start + WINDOW_MS
+        emit = next((log.batch for log in logs if (wms[log.batch] or 0) >= end), None)
+        if emit is not None:  # windows the watermark never passed stay open
+            out[(customer, start)] = (emit, orders)
+    return out
+
+
+def _ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+@pytest.mark.parametrize("version", ["blue", "green"])
+def test_windowed_records_carry_exact_event_time_and_watermark(
+    side_by_side: SideBySide, version: str
+) -> None:
+    s = side_by_side
+    logs = offset_logs(s.checkpoints[version], s.input_topic)
+    wms = expected_watermarks(logs, s.orders, DELAY_MS)
+    # the watermark each batch used, as Spark wrote it, is the one recomputed from the input
+    assert {log.batch: (log.meta.batchWatermarkMs or None) for log in logs} == wms
+    assert len(logs) >= 4 and committed_batches(s.checkpoints[version]) == {x.batch for x in logs}
+
+    expected = _expected(s, logs, wms)
+    assert len(expected) > 20
+    data = [r for r in s.raw if r.header(VERSION) == version and r.header(KIND) is None]
+    seen: set[tuple[str, int]] = set()
+    for rec in data:
+        tagged = parse_headers(list(rec.headers))  # the router's own parser accepts it
+        value = json.loads(rec.value or b"", parse_float=Decimal)
+        start, end = _ms(value["window_start"]), _ms(value["window_end"])
+        ident = (value["customer"], start)
+        assert ident not in seen, f"duplicate window {ident}"
+        seen.add(ident)
+        assert ident in expected, f"unexpected window {value}"
+        emit, orders = expected[ident]
+        assert rec.key == value["customer"].encode()
+        assert tagged.event_time == end == start + WINDOW_MS
+        assert tagged.batch == emit
+        assert tagged.watermark == wms[emit]
+        assert tagged.watermark is not None and tagged.watermark >= tagged.event_time
+        assert rec.header(BATCH) == str(emit) and rec.header(EVENT_TIME) == str(end)
+        assert rec.header(WATERMARK) == str(wms[emit])
+        assert rec.partition == partition_for(rec.key, None, RAW_PARTITIONS)
+        assert value["orders"] == len(orders)
+        exact = sum((Decimal(str(o.amount)) for o in orders), Decimal(0))
+        if version == "blue":
+            assert Decimal(value["total"]) == exact
+            assert set(value) == {"customer", "window_start", "window_end", "orders", "total"}
+        else:
+            assert value["total"] == int(exact.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+            assert Decimal(value["max_amount"]) == max(Decimal(str(o.amount)) for o in orders)
+    assert seen == set(expected)
+    assert "event time: end of window column 'window'" in s.runs[version].text()
+
+
+def test_heartbeats_reach_every_partition_including_idle_ones(side_by_side: SideBySide) -> None:
+    s = side_by_side
+    for version in JOB_FILES:
+        logs = offset_logs(s.checkpoints[version], s.input_topic)
+        wms = {log.batch: log.meta.batchWatermarkMs or None for log in logs}
+        mine = [r for r in s.raw if r.header(VERSION) == version]
+        busy = {r.partition for r in mine if r.header(KIND) is None}
+        idle = set(range(RAW_PARTITIONS)) - busy
+        assert idle, "the test needs partitions that get no data"
+        for p in range(RAW_PARTITIONS):
+            in_p = [r for r in mine if r.partition == p]
+            beats = [r for r in in_p if r.header(KIND) == "heartbeat"]
+            assert [int(b.header(BATCH) or -1) for b in beats] == sorted(wms), (version, p)
+            for beat in beats:
+                tagged = parse_headers(list(beat.headers))
+                assert beat.value == b"" and beat.key is None
+                assert tagged.watermark == wms[tagged.batch or 0]
+                assert tagged.event_time is None
+            # every data record of batch n comes after heartbeat n-1 and before heartbeat n
+            last_batch = -1
+            for r in in_p:
+                n = int(r.header(BATCH) or -1)
+                if r.header(KIND) == "heartbeat":
+                    assert n == last_batch + 1
+                    last_batch = n
+                else:
+                    assert n == last_batch + 1, f"{version} p{p}: data of batch {n} misplaced"
+        reports = s.runs[version].reports()
+        assert [r.batch for r in reports] == sorted(wms)
+        assert all(r.heartbeats == RAW_PARTITIONS for r in reports)
+
+
+def test_blue_and_green_side_by_side_same_windows_same_partitions(
+    side_by_side: SideBySide,
+) -> None:
+    s = side_by_side
+    by_version: dict[str, dict[tuple[str, str], RawRecord]] = {"blue": {}, "green": {}}
+    for r in s.raw:
+        if r.header(KIND) is None:
+            v = json.loads(r.value or b"")
+            by_version[r.header(VERSION) or "?"][(v["customer"], v["window_start"])] = r
+    blue, green = by_version["blue"], by_version["green"]
+    assert blue and set(blue) == set(green)  # same input, same windows
+    for ident, b in blue.items():
+        g = green[ident]
+        # same key -> same raw partition, same event time: the router's assumptions
+        assert (b.key, b.partition, b.header(EVENT_TIME)) == (g.key, g.partition,
+                                                              g.header(EVENT_TIME))
+        assert b.value != g.value  # green's logic really differs
+        assert "max_amount" in json.loads(g.value or b"")

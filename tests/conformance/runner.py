@@ -1,0 +1,417 @@
+"""Runs one cell against real router workers on the real broker, then verifies the whole output.
+
+Kept separate from tests/integration/harness.py on purpose: the grid must not break when the
+router's own test harness changes. It drives the router only through its public surface: the
+settings file, ``cutover router`` as a child process (so kill -9 is real), the operator CLI and
+the status topic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from pydantic import BaseModel
+
+from cutover.broker import create_topics, end_offsets
+from cutover.cli import main as cutover_main
+from cutover.headers import EVENT_TIME, SRC, VERSION
+from cutover.plan import CutoverPlan
+from cutover.status import RouteStatus, TransitionState, parse_status
+from router.kafka_io import base_conf, read_to_end, reader_conf
+from router.operator import RouteView, Target, read_views
+from tests.conformance.data import (
+    PARTITIONS,
+    PHASE1_BATCHES,
+    PHASE2_BATCHES,
+    TOTAL_BATCHES,
+    EmulatedJob,
+    generate,
+    headers_of,
+    value_of,
+)
+from tests.conformance.scenario import Failure, Scenario
+
+VENV_BIN = Path(sys.executable).parent
+OLD, NEW = "blue", "green"
+
+
+class CellResult(BaseModel):
+    """The verifier's counts for one cell; ``reasons`` is empty exactly when the cell passes."""
+
+    cell: Scenario
+    expected: int = 0
+    forwarded: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    wrong_version: int = 0
+    unexpected: int = 0
+    order_violations: int = 0
+    dead_lettered: int = 0
+    boundary: int | None = None
+    pins: dict[int, int] = {}
+    clear_s: float | None = None
+    duration_s: float = 0.0
+    reasons: list[str] = []
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+
+class RouterWorker:
+    """``cutover router --config FILE`` as a child process in its own process group."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.log = log
+        env = {k: v for k, v in os.environ.items() if k != "CUTOVER_PLAN_KEY"}
+        env["PYTHONUNBUFFERED"] = "1"
+        self._fh = log.open("wb")
+        self.proc = subprocess.Popen([str(VENV_BIN / "cutover"), "router", "--config",
+                                      str(config)], stdout=self._fh, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_started(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "took over partitions" in self.text() or "released partitions" in self.text():
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"router exited {self.proc.returncode}: "
+                                   f"{self.text()[-2000:]}")
+            time.sleep(0.2)
+        raise RuntimeError(f"router did not take partitions in {timeout:.0f}s")
+
+    def kill9(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._fh.close()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self._fh.close()
+
+
+class StatusFollower:
+    """The route's merged view, kept current from one long-lived consumer of the status topic.
+
+    ``router.operator.read_views`` re-reads both topics from the start (about 3 s a call on the
+    test broker); polling it would dominate a cell's time. The merge is the same: per
+    partition, the newest status of any worker; the plan, the newest epoch any status carries.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, route: str) -> None:
+        self.route = route
+        self.consumer = Consumer({**reader_conf(base_conf(bootstrap)), "fetch.wait.max.ms": 50})
+        self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self.workers: dict[str, RouteStatus] = {}
+        self.plan: CutoverPlan | None = None
+
+    def view(self) -> RouteView:
+        for msg in self.consumer.consume(10_000, 0.2):
+            if msg.error() is not None or msg.value() is None:
+                continue
+            st = parse_status(msg.value())
+            if st.route != self.route:
+                continue
+            if st.plan is not None and (self.plan is None or st.plan.epoch > self.plan.epoch):
+                self.plan = st.plan
+            if isinstance(st, RouteStatus):
+                self.workers[st.worker] = st
+        v = RouteView(self.route, plan=self.plan, num_partitions=PARTITIONS)
+        for st in self.workers.values():
+            for p, ps in st.partitions.items():
+                held = v.partitions.get(p)
+                if held is None or st.updated_at >= held[3]:
+                    v.partitions[p] = (ps, st.epoch, st.worker, st.updated_at)
+        return v
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Cell:
+    """One route (its own topics and consumer group) and everything one cell does to it."""
+
+    def __init__(self, s: Scenario, bootstrap: str, tmp: Path) -> None:
+        self.s = s
+        self.bootstrap = bootstrap
+        self.tmp = tmp
+        n = f"c{uuid.uuid4().hex[:8]}"
+        self.route, self.raw, self.output, self.dlq = n, f"{n}.raw", f"{n}.out", f"{n}.dlq"
+        self.control, self.status = f"{n}.control", f"{n}.status"
+        create_topics(bootstrap, {self.raw: PARTITIONS, self.output: PARTITIONS,
+                                  self.dlq: PARTITIONS, self.control: 1, self.status: 1},
+                      compacted=[self.control])
+        self.config = tmp / f"{n}.yaml"
+        self.config.write_text(yaml.safe_dump({
+            "bootstrap": bootstrap, "control_topic": self.control, "status_topic": self.status,
+            "group_id": f"g-{n}", "state_dir": str(tmp / f"state-{n}"), "http_port": None,
+            "status_interval_s": 0.5,
+            "kafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+            "routes": [{"name": n, "inputs": [self.raw], "output": self.output,
+                        "dead_letter": self.dlq, "handover": s.handover,
+                        "dedup": {"identity": s.identity, "retention_ms": 3_600_000}}],
+        }))
+        batches = generate(s)
+        self.old = EmulatedJob(bootstrap, self.raw, OLD, batches, s.sources)
+        self.new = EmulatedJob(bootstrap, self.raw, NEW, batches, s.sources)
+        self.workers: list[RouterWorker] = []
+        self.follower = StatusFollower(bootstrap, self.status, self.route)
+        self._n_workers = 0
+
+    # -- operator ---------------------------------------------------------------------------
+
+    def cli(self, *args: str) -> tuple[int, str]:
+        """Run an operator command in-process, its output captured (progress stays clean)."""
+        words = 2 if args[0] == "plan" else 1
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            rc = cutover_main([*args[:words], "--config", str(self.config), *args[words:]])
+        return rc, buf.getvalue()
+
+    def view(self) -> RouteView:
+        return self.follower.view()
+
+    def operator_view(self) -> RouteView:
+        """What ``cutover status`` sees (slow: reads both topics from the start)."""
+        t = Target(base_conf(self.bootstrap), self.control, self.status,
+                   {self.route: PARTITIONS})
+        return read_views(t, self.route)[self.route]
+
+    def start_worker(self) -> RouterWorker:
+        self._n_workers += 1
+        w = RouterWorker(self.config, self.tmp / f"{self.route}-w{self._n_workers}.log")
+        self.workers.append(w)
+        w.wait_started()
+        return w
+
+    def wait_for(self, what: str, pred: Any, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    def wait_caught_up(self) -> RouteView:
+        """Until the router has routed every record written so far: each partition's horizon is
+        the largest event time written to it and its watermarks are the jobs' watermarks."""
+        box: list[RouteView] = []
+
+        def ok() -> bool:
+            v = self.view()
+            box[:] = [v]
+            if len(v.partitions) < PARTITIONS:
+                return False
+            for p in range(PARTITIONS):
+                ps = v.partitions[p][0]
+                top = max((x for x in (self.old.max_t(p), self.new.max_t(p)) if x is not None),
+                          default=None)
+                if ps.horizon != top:
+                    return False
+                for job in (self.old, self.new):
+                    if job.watermark is not None and ps.watermarks.get(job.version) != \
+                            job.watermark:
+                        return False
+            return True
+
+        self.wait_for("the router to route everything written", ok)
+        return box[0]
+
+    # -- the cell ---------------------------------------------------------------------------
+
+    def run(self) -> CellResult:
+        started = time.monotonic()
+        res = CellResult(cell=self.s)
+        try:
+            self._drive(res)
+        except Exception as exc:  # the cell stays in the table with its reason
+            res.reasons.append(f"run aborted: {type(exc).__name__}: {str(exc)[:300]}")
+        finally:
+            time.sleep(1.0)  # anything extra (a duplicate) would show up now
+            for w in self.workers:
+                w.stop()
+            self.follower.close()
+        try:
+            self._verify(res)
+        except Exception as exc:
+            res.reasons.append(f"verification aborted: {type(exc).__name__}: {str(exc)[:300]}")
+        res.duration_s = round(time.monotonic() - started, 1)
+        return res
+
+    def _mark(self, what: str) -> None:
+        if os.environ.get("CONFORMANCE_DEBUG"):
+            print(f"  {time.monotonic() - self._t0:6.1f}s {what}", file=sys.stderr, flush=True)
+
+    def _drive(self, res: CellResult) -> None:
+        s, old, new = self.s, self.old, self.new
+        self._t0 = time.monotonic()
+        worker = self.start_worker()
+        self._mark("worker started")
+        rc, out = self.cli("plan", "init", "--route", self.route, "--primary", OLD)
+        if rc != 0:
+            raise RuntimeError(f"plan init failed: {out}")
+        # Phase 1: both run, the new version starting two batches late and catching up.
+        for step in range(PHASE1_BATCHES):
+            old.run_batch()
+            if step >= 2:
+                new.run_batch()
+            if s.failure is Failure.ROUTER_KILL_BEFORE and step == PHASE1_BATCHES // 2:
+                worker.kill9()
+                worker = self.start_worker()
+        while new.next_batch < old.next_batch:
+            new.run_batch()
+        self._mark("phase 1 written")
+        view = self.wait_caught_up()
+        horizons = {p: view.partitions[p][0].horizon for p in range(PARTITIONS)}
+        self._mark("caught up")
+        # The switch. A late plan names a boundary the router has already routed past.
+        t_switch = time.monotonic()
+        if s.failure is Failure.LATE_PLAN:
+            late = min(h for h in horizons.values() if h is not None) - 2_000
+            rc, out = self.cli("switch", "--route", self.route, "--to", NEW, "--at", str(late),
+                               "--force")
+        else:
+            rc, out = self.cli("switch", "--route", self.route, "--to", NEW, "--at", "auto",
+                               "--margin", "1s")
+        if rc != 0:
+            raise RuntimeError(f"switch failed: {out}")
+        view = self.view()
+        assert view.plan is not None and view.plan.transition is not None
+        epoch = view.plan.epoch
+        self.wait_for("every partition on the new plan", lambda: all(
+            e == epoch for _, e, *_ in self.view().partitions.values()))
+        view = self.view()
+        res.boundary = view.plan.transition[2]
+        self._mark("plan applied")
+        res.pins = {p: b for p, pp in view.progress().items() if (b := pp.boundary) is not None}
+        for p, h in horizons.items():  # a pin is always above what was routed at arrival
+            if h is not None and res.pins[p] <= h:
+                res.reasons.append(f"partition {p}: boundary {res.pins[p]} not above the "
+                                   f"horizon {h} at plan arrival")
+        if s.failure is Failure.LATE_PLAN and not any(
+                res.pins[p] != res.boundary for p, h in horizons.items() if h is not None):
+            res.reasons.append("late plan: no partition was pinned")
+        # Phase 2: the new version leads (its records are held in ordered handover).
+        second: RouterWorker | None = None
+        for step in range(PHASE2_BATCHES):
+            for job in (new, old):
+                crash = (s.failure is Failure.OLD_JOB_REPLAY and job is old) or \
+                        (s.failure is Failure.NEW_JOB_REPLAY and job is new)
+                if crash and step == 2:  # the crashed batch straddles the boundary
+                    job.run_batch(crash_after=0.5)
+                    job.replay(2)
+                else:
+                    job.run_batch()
+            if s.failure is Failure.ROUTER_KILL_DURING and step == 1:  # surely PENDING
+                worker.kill9()
+                worker = self.start_worker()
+            if s.failure is Failure.WORKER_JOIN_LEAVE and step == 1:
+                second = self.start_worker()
+            if s.failure is Failure.WORKER_JOIN_LEAVE and step == 5 and second is not None:
+                second.stop()
+        self._mark("phase 2 written")
+        with contextlib.suppress(RuntimeError):
+            self.wait_for("CLEAR_TO_TEARDOWN", lambda: self.view().transition().state
+                          is TransitionState.CLEAR_TO_TEARDOWN, 90)
+            res.clear_s = round(time.monotonic() - t_switch, 1)
+        # The operator's own tool must agree (it reads the topics independently).
+        rc, out = self.cli("wait", "--route", self.route, "--for", "clear-to-teardown",
+                           "--timeout", "5s" if res.clear_s else "1s", "--interval", "0.3")
+        if rc != 0:
+            raise RuntimeError(f"cutover wait: no CLEAR_TO_TEARDOWN: {out.strip()[-400:]}")
+        self._mark("clear")
+        # Teardown of the old version; the new one goes on alone.
+        if s.failure is Failure.ROUTER_KILL_AFTER:
+            worker.kill9()
+            worker = self.start_worker()
+        while new.next_batch < TOTAL_BATCHES:
+            new.run_batch()
+        self.wait_caught_up()  # every record decided, while the workers still run
+        self._mark("all routed")
+        ref = self.reference(res.pins)
+        with contextlib.suppress(RuntimeError):
+            self.wait_for("the output to hold the reference's count", lambda: sum(
+                end_offsets(self.bootstrap, self.output).values()) >= len(ref), 20)
+
+    # -- verification -----------------------------------------------------------------------
+
+    def reference(self, pins: dict[int, int]) -> dict[tuple[int, bytes, int], tuple[str, bytes]]:
+        """(partition, key, event time) -> (version, value) of the one record the output must
+        hold: for every event some version emitted, the copy of its primary under the pinned
+        boundary of its partition, computed without the router."""
+        ref: dict[tuple[int, bytes, int], tuple[str, bytes]] = {}
+        for b, batch in enumerate(self.old.batches):
+            for e in batch:
+                version = NEW if e.t >= pins[e.partition] else OLD
+                job = self.new if version == NEW else self.old
+                if b < job.next_batch:
+                    ref[(e.partition, e.key, e.t)] = (version, value_of(e, version))
+        return ref
+
+    def _verify(self, res: CellResult) -> None:
+        if not res.pins:
+            res.reasons.append("no boundary known: nothing to check against")
+            return
+        ref = self.reference(res.pins)
+        res.expected = len(ref)
+        conf = base_conf(self.bootstrap)
+        out = list(read_to_end(conf, self.output))
+        res.dead_lettered = sum(end_offsets(self.bootstrap, self.dlq).values())
+        res.forwarded = len(out)
+        seen: Counter[tuple[int, bytes, int]] = Counter()
+        above: dict[int, bool] = {}
+        for m in out:
+            h = headers_of(m)
+            p, t, version = m.partition(), int(h[EVENT_TIME]), h[VERSION].decode()
+            k = (p, m.key(), t)
+            want = ref.get(k)
+            if want is None:
+                res.unexpected += 1
+                continue
+            if (version, m.value()) != want:
+                res.wrong_version += 1
+                continue
+            if not h.get(SRC, b"").decode().startswith(f"{self.raw}:{p}:"):
+                res.reasons.append(f"bad bg.src {h.get(SRC)!r} on partition {p}")
+            seen[k] += 1
+            if t >= res.pins[p]:
+                above[p] = True
+            elif above.get(p):
+                res.order_violations += 1
+        res.lost = sum(1 for k in ref if seen[k] == 0)
+        res.duplicated = sum(n - 1 for n in seen.values() if n > 1)
+        for name in ("lost", "duplicated", "wrong_version", "unexpected", "dead_lettered"):
+            if getattr(res, name):
+                res.reasons.append(f"{getattr(res, name)} {name.replace('_', ' ')}")
+        if res.order_violations and self.s.handover == "ordered":
+            res.reasons.append(f"{res.order_violations} records below the boundary forwarded "
+                               "after one at or above it")
+        if res.clear_s is None and not any("aborted" in r for r in res.reasons):
+            res.reasons.append("never CLEAR_TO_TEARDOWN")
+
+
+def run_cell(s: Scenario, bootstrap: str, tmp: Path) -> CellResult:
+    tmp.mkdir(parents=True, exist_ok=True)
+    return Cell(s, bootstrap, tmp).run()

@@ -62,6 +62,7 @@ class DataPathService(faust.Service):
 def build_app(settings: RouterSettings, worker_id: str | None = None) -> tuple[RouterApp,
                                                                                DataPath]:
     engine = DataPath(settings, worker_id)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
     web = settings.http_port is not None
     app = RouterApp(
         f"cutover-router-{settings.group_id}",

@@ -435,7 +435,7 @@ def _cmd_plan_show(args: argparse.Namespace) -> int:
     if v.plan is None:
         raise CliError(f"route {args.route!r} has no plan yet; publish one with `cutover "
                        f"switch --route {args.route} --to <version> --at auto`", 1)
-    print(json.dumps(v.plan.model_dump(mode="json", exclude_none=True), indent=2))
+    print(json.dumps(v.plan.model_dump(mode="json"), indent=2))
     return 0
 
 

@@ -87,7 +87,7 @@ def partitions_of(conf: dict[str, Any], topic: str) -> int | None:
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "group.id": f"cutover-reader-{os.getpid()}-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "enable.partition.eof": True,
-            "auto.offset.reset": "earliest"}
+            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20}
 
 
 def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | None = None,
@@ -112,7 +112,7 @@ def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | N
                 raise BrokerUnavailable(
                     f"could not read {topic} partitions {sorted(pending)} to their end within "
                     f"{timeout:.0f}s")
-            for msg in consumer.consume(batch, 0.5):
+            for msg in consumer.consume(batch, 0.2):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

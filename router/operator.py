@@ -249,7 +249,7 @@ def _cmd_switch(args: argparse.Namespace) -> int:
                        f"{v.plan.epoch}); nothing to switch")
     n = v.num_partitions or 0
     missing = [p for p in range(n) if p not in v.partitions]
-    if not v.partitions or (missing and not args.force):
+    if (not v.partitions or missing) and not args.force:
         raise CliError(f"no router status for partitions {missing or 'any'} of route "
                        f"{args.route}; start the router (or wait for its first status) and "
                        "retry, or pass --force")

@@ -169,7 +169,7 @@ def test_deadline_passes_stalled(env: Env, router: RouterProcess,
     green.emit(events(0, 200))
     env.wait_horizon(BASE_T + 198 * STEP)
     assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "+2s",
-                   "--deadline", "+3s") == 0
+                   "--deadline", "+3s", "--margin", "1s") == 0
     blue.emit(events(200, 600))       # green stops short of the boundary (it crashed)
     capsys.readouterr()
     assert env.cli("wait", "--route", env.route, "--timeout", "30s") == 3

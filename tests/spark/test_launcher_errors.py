@@ -1,0 +1,53 @@
+"""``cutover tag`` refuses what it cannot do, at start, with a message and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from spark_test_support import JOBS, REPO, TEST_JOBS, spark_env, tag_command
+
+from cutover.broker import create_topics
+from spark_tagger.testing import EventSpec, make_orders, read_topic, write_orders
+
+
+def _run(cmd: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=spark_env(),
+                          cwd=REPO, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("version", ["blue green", "", "x" * 65, "v1/2", "grün"])
+def test_bad_version_id_is_refused_before_anything_runs(version: str) -> None:
+    res = _run(tag_command(version, JOBS / "windowed_totals.py", ["--bootstrap", "nowhere:1"]))
+    assert res.returncode == 2
+    assert "is not a version id" in res.stderr and "A-Z a-z 0-9 . _ -" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_longest_valid_version_and_missing_job_file() -> None:
+    res = _run(tag_command("v" * 64, TEST_JOBS / "does_not_exist.py", []))
+    assert res.returncode == 2
+    assert "does_not_exist.py" in res.stderr and "does not exist" in res.stderr
+    assert "version" not in res.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_undeterminable_event_time_stops_at_start_saying_what_to_pass(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    tin, tout = f"nowm-in-{uuid.uuid4().hex[:8]}", f"nowm-out-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 2, tout: 2})
+    write_orders(bootstrap, tin, make_orders(EventSpec(count=20)))
+    res = _run(tag_command("blue", TEST_JOBS / "no_watermark.py",
+                           [bootstrap, tin, tout, str(tmp_path / "ck")]))
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("cutover tag: cannot tell the event time")
+    assert "--event-time COLUMN" in last
+    assert "Traceback" not in res.stderr
+    assert read_topic(bootstrap, tout) == []  # stopped before any batch
+    assert not (tmp_path / "ck" / "commits").exists() or not any(
+        (tmp_path / "ck" / "commits").iterdir())

@@ -30,7 +30,8 @@ def progress_line(i: int, n: int, r: CellResult) -> str:
     return (f"[{i:2}/{n}] {mark} {r.cell.id}: expected={r.expected} forwarded={r.forwarded} "
             f"lost={r.lost} dup={r.duplicated} wrong={r.wrong_version} "
             f"order={r.order_violations} dlq={r.dead_lettered} clear={r.clear_s}s "
-            f"({r.duration_s}s){'' if r.passed else ' — ' + '; '.join(r.reasons)}")
+            f"({r.duration_s}s){''.join(' [' + n + ']' for n in r.notes)}"
+            f"{'' if r.passed else ' — ' + '; '.join(r.reasons)}")
 
 
 def _pins(r: CellResult) -> str:
@@ -104,6 +105,8 @@ def write(results: list[CellResult], bootstrap: str, seed: int, elapsed_s: float
     for i, r in enumerate(results, 1):
         c = r.cell
         mark = "pass" if r.passed else "**FAIL**: " + "; ".join(r.reasons).replace("|", "/")
+        if r.notes:
+            mark += " (" + "; ".join(r.notes) + ")"
         lines.append("| " + " | ".join(str(x) for x in (
             f"{i}{' (CI)' if c.id in ci_ids else ''}", c.sources, c.divergence, c.idle,
             c.failure.value, c.identity, c.handover, r.expected, r.forwarded, r.lost,

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -63,6 +63,7 @@ class CellResult(BaseModel):
     pins: dict[int, int] = {}
     clear_s: float | None = None
     duration_s: float = 0.0
+    notes: list[str] = []    # what the injected failure actually hit (e.g. held records)
     reasons: list[str] = []
 
     @property
@@ -325,6 +326,9 @@ class Cell:
                 else:
                     job.run_batch()
             if s.failure is Failure.ROUTER_KILL_DURING and step == 1:  # surely PENDING
+                v = self.view()
+                res.notes.append(f"kill -9 at {v.transition().state.value}, held "
+                                 f"{sum(ps.held for ps, *_ in v.partitions.values())}")
                 worker.kill9()
                 worker = self.start_worker()
             if s.failure is Failure.WORKER_JOIN_LEAVE and step == 1:
@@ -374,42 +378,60 @@ class Cell:
         if not res.pins:
             res.reasons.append("no boundary known: nothing to check against")
             return
-        ref = self.reference(res.pins)
-        res.expected = len(ref)
-        conf = base_conf(self.bootstrap)
-        out = list(read_to_end(conf, self.output))
-        res.dead_lettered = sum(end_offsets(self.bootstrap, self.dlq).values())
-        res.forwarded = len(out)
-        seen: Counter[tuple[int, bytes, int]] = Counter()
-        above: dict[int, bool] = {}
-        for m in out:
-            h = headers_of(m)
-            p, t, version = m.partition(), int(h[EVENT_TIME]), h[VERSION].decode()
-            k = (p, m.key(), t)
-            want = ref.get(k)
-            if want is None:
-                res.unexpected += 1
-                continue
-            if (version, m.value()) != want:
-                res.wrong_version += 1
-                continue
-            if not h.get(SRC, b"").decode().startswith(f"{self.raw}:{p}:"):
-                res.reasons.append(f"bad bg.src {h.get(SRC)!r} on partition {p}")
-            seen[k] += 1
-            if t >= res.pins[p]:
-                above[p] = True
-            elif above.get(p):
-                res.order_violations += 1
-        res.lost = sum(1 for k in ref if seen[k] == 0)
-        res.duplicated = sum(n - 1 for n in seen.values() if n > 1)
-        for name in ("lost", "duplicated", "wrong_version", "unexpected", "dead_lettered"):
-            if getattr(res, name):
-                res.reasons.append(f"{getattr(res, name)} {name.replace('_', ' ')}")
-        if res.order_violations and self.s.handover == "ordered":
-            res.reasons.append(f"{res.order_violations} records below the boundary forwarded "
-                               "after one at or above it")
-        if res.clear_s is None and not any("aborted" in r for r in res.reasons):
-            res.reasons.append("never CLEAR_TO_TEARDOWN")
+        out = [OutRecord.of(m) for m in read_to_end(base_conf(self.bootstrap), self.output)]
+        dlq = sum(end_offsets(self.bootstrap, self.dlq).values())
+        verify(res, self.reference(res.pins), out, dlq, self.raw)
+
+
+class OutRecord(NamedTuple):
+    """What the verifier needs of one output record, in topic order."""
+
+    partition: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, bytes]
+
+    @classmethod
+    def of(cls, m: Any) -> OutRecord:
+        return cls(m.partition(), m.key(), m.value(), headers_of(m))
+
+
+def verify(res: CellResult, ref: dict[tuple[int, bytes, int], tuple[str, bytes]],
+           out: list[OutRecord], dead_lettered: int, raw_topic: str) -> None:
+    """Count the output against the reference into ``res`` and give every failure a reason."""
+    res.expected = len(ref)
+    res.dead_lettered = dead_lettered
+    res.forwarded = len(out)
+    seen: Counter[tuple[int, bytes | None, int]] = Counter()
+    above: dict[int, bool] = {}
+    for m in out:
+        p, h = m.partition, m.headers
+        t, version = int(h[EVENT_TIME]), h[VERSION].decode()
+        k = (p, m.key, t)
+        want = ref.get(k)  # type: ignore[arg-type]
+        if want is None:
+            res.unexpected += 1
+            continue
+        if (version, m.value) != want:
+            res.wrong_version += 1
+            continue
+        if not h.get(SRC, b"").decode().startswith(f"{raw_topic}:{p}:"):
+            res.reasons.append(f"bad bg.src {h.get(SRC)!r} on partition {p}")
+        seen[k] += 1
+        if t >= res.pins[p]:
+            above[p] = True
+        elif above.get(p):
+            res.order_violations += 1
+    res.lost = sum(1 for k in ref if seen[k] == 0)
+    res.duplicated = sum(n - 1 for n in seen.values() if n > 1)
+    for name in ("lost", "duplicated", "wrong_version", "unexpected", "dead_lettered"):
+        if getattr(res, name):
+            res.reasons.append(f"{getattr(res, name)} {name.replace('_', ' ')}")
+    if res.order_violations and res.cell.handover == "ordered":
+        res.reasons.append(f"{res.order_violations} records below the boundary forwarded "
+                           "after one at or above it")
+    if res.clear_s is None and not any("aborted" in r for r in res.reasons):
+        res.reasons.append("never CLEAR_TO_TEARDOWN")
 
 
 def run_cell(s: Scenario, bootstrap: str, tmp: Path) -> CellResult:

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from cutover.headers import EVENT_TIME, SRC, VERSION
 from tests.conformance import report
 from tests.conformance.data import LATENESS, generate
-from tests.conformance.runner import CellResult, run_cell
+from tests.conformance.runner import CellResult, OutRecord, run_cell, verify
 from tests.conformance.scenario import DIMENSIONS, Scenario, ci_subset, full_grid, is_covering
 
 SEED = int(os.environ.get("CONFORMANCE_SEED", "20260101"))
@@ -76,3 +77,28 @@ def test_full_grid(bootstrap: str, tmp_path: Path) -> None:
     print(f"wrote {report.DOC}", flush=True)
     failed = [r for r in results if not r.passed]
     assert not failed, "\n".join(report.progress_line(0, 0, r) for r in failed)
+
+
+def _fake_out(ref: dict[tuple[int, bytes, int], tuple[str, bytes]]) -> list[OutRecord]:
+    return [OutRecord(p, k, value, {EVENT_TIME: str(t).encode(), VERSION: version.encode(),
+                                    SRC: f"raw:{p}:{i}".encode()})
+            for i, ((p, k, t), (version, value)) in enumerate(sorted(ref.items()))]
+
+
+def test_verifier_catches_every_kind_of_failure() -> None:
+    """The grid can fail: loss, duplicates, a wrong version and order violations are each
+    counted and each is a reason (a verifier that always passes would prove nothing)."""
+    cell = GRID[0]
+    ref = {(0, f"k{i}".encode(), 1000 + i): ("blue" if i < 5 else "green", b"v%d" % i)
+           for i in range(10)}
+    good = CellResult(cell=cell, pins={0: 1005}, clear_s=1.0)
+    verify(good, ref, _fake_out(ref), 0, "raw")
+    assert good.passed and good.forwarded == good.expected == 10
+    out = _fake_out(ref)
+    wrong = out[7]._replace(headers={**out[7].headers, VERSION: b"blue"})
+    bad_out = [*out[:2], out[6], *out[3:7], wrong, out[8], out[8]]  # 6, 8 twice; 2, 9 lost
+    bad = CellResult(cell=cell, pins={0: 1005}, clear_s=1.0)
+    verify(bad, ref, bad_out, 1, "raw")
+    assert (bad.lost, bad.duplicated, bad.wrong_version, bad.dead_lettered) == (3, 2, 1, 1)
+    assert bad.order_violations == 2 and not bad.passed  # t=1003, 1004 after t=1006
+    assert len(bad.reasons) == 5

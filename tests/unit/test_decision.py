@@ -1,20 +1,9 @@
 from __future__ import annotations
 
-from cutover.plan import CutoverPlan
+from rule_support import SetStore, make_plan
+
 from router.decision import Incoming, Outcome, PartitionRouter, PartitionSnapshot
 from router.identity import identity_function
-
-
-class SetStore(set):
-    """Identities in a set: the rule only needs ``in`` and ``add``."""
-
-    def add(self, identity: bytes, event_time: int = 0) -> None:  # type: ignore[override]
-        super().add(identity)
-
-
-def make_plan(epoch: int, *segments: tuple[int | None, str]) -> CutoverPlan:
-    return CutoverPlan(route="r", epoch=epoch, segments=[
-        {"from_event_time": t, "primary": v} for t, v in segments])
 
 
 def router(*, ordered: bool = True, identity: str | tuple[str, ...] = "record",

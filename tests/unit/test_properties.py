@@ -14,22 +14,14 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rule_support import SetStore
+from rule_support import make_plan as plan
 
 from cutover.plan import CutoverPlan
 from router.decision import Decision, Incoming, Outcome, PartitionRouter
 from router.identity import identity_function
 
 FAR = 10**9
-
-
-class SetStore(set):
-    def add(self, identity: bytes, event_time: int = 0) -> None:  # type: ignore[override]
-        super().add(identity)
-
-
-def plan(epoch: int, *segments: tuple[int | None, str]) -> CutoverPlan:
-    return CutoverPlan(route="r", epoch=epoch, segments=[
-        {"from_event_time": t, "primary": v} for t, v in segments])
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,14 @@ def cached_producer(config: Mapping[str, Any]) -> Producer:
         return producer
 
 
+def drop_producer(config: Mapping[str, Any]) -> None:
+    """Forget a producer after a failure: an idempotent producer can be left unusable."""
+    with _lock:
+        producer = _producers.pop(_key(config), None)
+    if producer is not None:
+        producer.flush(5)
+
+
 def topic_partitions(client: Producer | Consumer, topic: str, timeout: float = 10.0) -> int:
     """Number of partitions of ``topic``; raises if the topic does not exist."""
     meta = client.list_topics(topic, timeout=timeout)

@@ -348,6 +348,9 @@ def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
                         raise KafkaException(err)
                     continue
                 offset = msg.offset()
+                if msg.partition() != rng.partition or msg.topic() != rng.topic or \
+                        (rng.start >= 0 and offset < rng.start):
+                    continue  # not ours (a reused client's leftovers)
                 if offset >= rng.end:
                     position = rng.end
                     break

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cutover.headers import BATCH, EVENT_TIME, KIND, VERSION, WATERMARK
-from spark_tagger.kafka_client import cached_producer, topic_partitions
+from spark_tagger.kafka_client import cached_producer, drop_producer, topic_partitions
 from spark_tagger.options import SinkOptions, Tagging, producer_config
 from spark_tagger.partitioner import partition_for
 
@@ -63,7 +63,15 @@ def tag_headers(tagging: Tagging, event_time: int | None) -> list[tuple[str, byt
 
 def produce_batches(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> ProduceStats:
     """Produce every row, flush, and raise :class:`ProduceError` unless all were acknowledged."""
-    producer = cached_producer(producer_config(opts.client))
+    config = producer_config(opts.client)
+    try:
+        return _produce(batches, opts, cached_producer(config))
+    except BaseException:
+        drop_producer(config)  # the next attempt starts with a fresh client
+        raise
+
+
+def _produce(batches: Iterator[pa.RecordBatch], opts: SinkOptions, producer: Any) -> ProduceStats:
     partitions: dict[str, int] = {}
     errors: list[str] = []
     stats = ProduceStats()

@@ -11,8 +11,9 @@ Rows, their order and the job's own columns are unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -30,9 +31,10 @@ class EventTimeError(ValueError):
     """The event time cannot be found or computed; the message says what to pass."""
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(BaseModel):
     """Where the event time comes from, for the launcher's start-up line."""
+
+    model_config = ConfigDict(frozen=True)
 
     description: str
     depth: int  # 0 = the written DataFrame itself
@@ -158,7 +160,7 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
     depth, base, sql, what = chosen
     with_col = base.selectExpr("*", f"{sql} AS {EVENT_TIME_COLUMN}")
     if depth == 0:
-        return with_col, Found(what, 0)
+        return with_col, Found(description=what, depth=0)
     # carry the new column up through the pass-through nodes above the one that computes it
     plan = with_col._jdf.queryExecution().analyzed()  # type: ignore[operator]
     attr = _seq(jvm, plan.output())[-1]
@@ -173,4 +175,4 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
     if out.schema.fieldNames()[:-1] != df.schema.fieldNames():
         raise EventTimeError("internal: carrying the event time changed the job's columns "
                              f"({df.schema.fieldNames()} -> {out.schema.fieldNames()})")
-    return out, Found(what, depth)
+    return out, Found(description=what, depth=depth)

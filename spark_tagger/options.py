@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cutover.headers import VERSION_PATTERN
+
 KAFKA_PREFIX = "kafka."
 
 # Java-client settings that have no librdkafka equivalent; Spark's connector sets or rejects them
@@ -169,7 +171,7 @@ class Tagging(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    version: str = Field(pattern=VERSION_PATTERN)
     batch: int = Field(ge=0)
     watermark: int | None = None
     event_time_column: str

@@ -112,6 +112,7 @@ class RawRecord(BaseModel):
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp: int | None = None  # the broker's record timestamp, ms (not part of `content`)
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
@@ -152,7 +153,8 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0,
                 if msg.offset() < ends[p]:
                     out.append(RawRecord(topic=topic, partition=p, offset=msg.offset(),
                                          key=msg.key(), value=msg.value(),
-                                         headers=tuple(msg.headers() or ())))
+                                         headers=tuple(msg.headers() or ()),
+                                         timestamp=msg.timestamp()[1]))
                 if msg.offset() + 1 >= ends[p]:
                     todo.discard(p)
     finally:

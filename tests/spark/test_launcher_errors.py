@@ -51,3 +51,26 @@ def test_undeterminable_event_time_stops_at_start_saying_what_to_pass(
     assert read_topic(bootstrap, tout) == []  # stopped before any batch
     assert not (tmp_path / "ck" / "commits").exists() or not any(
         (tmp_path / "ck" / "commits").iterdir())
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: Path) -> None:
+    """The same job with ``--event-time timestamp``: the Kafka timestamp of the input record,
+    a column the job's final select dropped."""
+    tin, tout = f"etflag-in-{uuid.uuid4().hex[:8]}", f"etflag-out-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 2, tout: 3})
+    write_orders(bootstrap, tin, make_orders(EventSpec(count=30)))
+    res = _run(tag_command("v2.0-rc_1", TEST_JOBS / "no_watermark.py",
+                           [bootstrap, tin, tout, str(tmp_path / "ck")],
+                           flags=["--event-time", "timestamp"]))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "event time: --event-time timestamp" in res.stderr
+    sent = {(r.key, (r.value or b"").decode().upper().encode()): r.timestamp
+            for r in read_topic(bootstrap, tin)}
+    data = [r for r in read_topic(bootstrap, tout) if r.header("bg.kind") is None]
+    assert len(data) == 30
+    for r in data:
+        assert r.header("bg.version") == "v2.0-rc_1"
+        assert r.header("bg.event_time") == str(sent[(r.key, r.value)])
+        assert r.header("bg.watermark") is None  # the query has no watermark

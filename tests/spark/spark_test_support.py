@@ -123,7 +123,10 @@ def offset_logs(checkpoint: Path, topic: str) -> list[OffsetLog]:
 
 
 def committed_batches(checkpoint: Path) -> set[int]:
-    return {int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit()}
+    commits = checkpoint / "commits"
+    if not commits.exists():
+        return set()
+    return {int(f.name) for f in commits.iterdir() if f.name.isdigit()}
 
 
 def assign_batches(logs: list[OffsetLog], inputs: dict[tuple[int, int], Any],

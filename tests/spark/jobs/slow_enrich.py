@@ -1,4 +1,4 @@
-"""A slow stateless job (a Python UDF that takes 30 ms a row), so a test can kill it mid-batch.
+"""A slow stateless job (a Python UDF that takes 40 ms a row), so a test can kill it mid-batch.
 
 Written as a user would; it knows nothing of the tagger. Logic as examples/jobs/enrich_orders.py.
 """
@@ -17,7 +17,7 @@ ORDER_SCHEMA = "order_id STRING, customer STRING, country STRING, amount DECIMAL
 
 @F.udf(StringType())
 def slow_lookup(order_id: str) -> str:
-    time.sleep(0.03)  # stands for a slow external lookup
+    time.sleep(0.04)  # stands for a slow external lookup
     return order_id
 
 

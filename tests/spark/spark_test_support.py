@@ -87,9 +87,10 @@ class TagRun:
         return "\n".join(self.text().splitlines()[-lines:])
 
     def reports(self) -> list[BatchReport]:
-        prefix = "cutover tag: {"
-        return [BatchReport.model_validate_json(line[len(prefix) - 1:])
-                for line in self.text().splitlines() if line.startswith(prefix)]
+        """The per-batch lines (Spark's progress bar may share a line with them, after a CR)."""
+        marker = "cutover tag: {"
+        return [BatchReport.model_validate_json(line[line.index(marker) + len(marker) - 1:])
+                for line in self.text().splitlines() if marker in line]
 
 
 def run_tag(cmd: list[str], log: Path, timeout: float = 300.0) -> TagRun:

@@ -27,6 +27,13 @@ _JAVA_ONLY = {
 }
 
 
+# Options of Spark's connector that this one does not implement: refused by name rather than
+# silently ignored, since each changes what is read.
+UNSUPPORTED = ("startingTimestamp", "startingOffsetsByTimestamp", "endingTimestamp",
+               "endingOffsetsByTimestamp", "minOffsetsPerTrigger", "maxTriggerDelay",
+               "startingOffsetsByTimestampStrategy")
+
+
 class KafkaOptionError(ValueError):
     """An option of the Kafka source or sink is missing or wrong; the message says which."""
 
@@ -120,6 +127,12 @@ class SourceOptions(BaseModel):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        for name in UNSUPPORTED:
+            if _get(options, name) is not None:
+                raise KafkaOptionError(
+                    f"option {name!r} of Spark's Kafka connector is not supported by "
+                    "cutover_kafka; use startingOffsets (earliest, latest or JSON offsets)"
+                )
         subscribe = _get(options, "subscribe")
         pattern = _get(options, "subscribePattern")
         assign_raw = _get(options, "assign")

@@ -157,6 +157,9 @@ def test_option_errors_name_the_option() -> None:
     with pytest.raises(KafkaOptionError, match="maxOffsetsPerTrigger"):
         SourceOptions.from_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
                                     "maxOffsetsPerTrigger": "0"}, streaming=True)
+    with pytest.raises(KafkaOptionError, match=r"'startingTimestamp' .* not supported"):
+        SourceOptions.from_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                                    "startingTimestamp": "1000"}, streaming=True)
     opts = SourceOptions.from_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a, b",
                                        "kafka.security.protocol": "PLAINTEXT",
                                        "kafka.key.deserializer": "x"}, streaming=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 
 from cutover.cli import CliError
 from cutover.headers import VERSION_PATTERN
@@ -30,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--kafka-source", choices=("auto", "python", "jvm"), default="auto",
                    help="serve format('kafka') reads with the Python connector: when the JVM "
                    "connector is absent (auto, default), always, or never")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for the job's session (repeatable), e.g. "
+                   "spark.master=local[2]; added to PYSPARK_SUBMIT_ARGS")
     p.add_argument("--quiet", action="store_true", help="no per-batch line on stderr")
     p.add_argument("job", metavar="JOB.py", help="the PySpark job file, unmodified")
     p.add_argument("job_args", nargs=argparse.REMAINDER, metavar="ARGS",
@@ -43,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
                        "A-Z a-z 0-9 . _ - (e.g. blue, green, v2.3.1)")
     if not os.path.isfile(args.job):
         raise CliError(f"job file {args.job!r} does not exist")
+    if args.conf:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args(
+            os.environ.get("PYSPARK_SUBMIT_ARGS"), args.conf)
     from spark_tagger.launcher import TaggerError, run_job
     from spark_tagger.tagger import TagSettings
 
@@ -55,3 +62,17 @@ def run(args: argparse.Namespace) -> int:
         return run_job(settings, args.job, job_args)
     except TaggerError as exc:
         raise CliError(f"{exc}") from None
+
+
+def submit_args(existing: str | None, confs: list[str]) -> str:
+    """PYSPARK_SUBMIT_ARGS with ``--conf`` settings added before its final ``pyspark-shell``."""
+    for conf in confs:
+        key, sep, _ = conf.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--conf {conf!r} is not KEY=VALUE (e.g. --conf spark.master=local[2])")
+    words = shlex.split(existing or "")
+    if words and words[-1] == "pyspark-shell":
+        words = words[:-1]
+    for conf in confs:
+        words += ["--conf", conf]
+    return shlex.join([*words, "pyspark-shell"])

@@ -10,6 +10,7 @@ import pytest
 from spark_test_support import JOBS, REPO, TEST_JOBS, spark_env, tag_command
 
 from cutover.broker import create_topics
+from spark_tagger.cli import submit_args
 from spark_tagger.testing import EventSpec, make_orders, read_topic, write_orders
 
 
@@ -74,3 +75,12 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
         assert r.header("bg.version") == "v2.0-rc_1"
         assert r.header("bg.event_time") == str(sent[(r.key, r.value)])
         assert r.header("bg.watermark") is None  # the query has no watermark
+
+
+def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
+    res = _run(tag_command("blue", JOBS / "windowed_totals.py", [], flags=["--conf", "nokey"]))
+    assert res.returncode == 2 and "is not KEY=VALUE" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert submit_args("--master local[2] pyspark-shell", ["spark.ui.enabled=false"]) == (
+        "--master 'local[2]' --conf spark.ui.enabled=false pyspark-shell")
+    assert submit_args(None, ["a=b c"]) == "--conf 'a=b c' pyspark-shell"

@@ -1,8 +1,9 @@
-"""The unmodified windowed example job, blue and green side by side under ``cutover tag``.
+"""The unmodified example jobs, blue and green side by side under ``cutover tag``.
 
-One run per module: both versions read the same input and write to one shared raw topic (the
-default layout). Every record is checked against what it must be, recomputed from the input and
-the checkpoint: window contents, event time (the window's end), the batch that emitted it and that
+One run per module: the windowed job's two versions and the enrichment job's two versions all
+read the same input at once; each pair writes to one shared raw topic (the default layout).
+Every record is checked against what it must be, recomputed from the input and the checkpoint:
+contents, event time (the window's end; the order's time), the batch that emitted it and that
 batch's watermark.
 """
 
@@ -12,7 +13,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ RAW_PARTITIONS = 8  # more partitions than customers: some get only heartbeats
 SPEC = EventSpec(seed=11, count=480, customers=4, step_ms=250, max_disorder_ms=2_000,
                  closing_gap_ms=60_000)
 JOB_FILES = {"blue": "windowed_totals.py", "green": "windowed_totals_green.py"}
+ENRICH_FILES = {"blue": "enrich_orders.py", "green": "enrich_orders_green.py"}
+ENRICH_PARTITIONS = 4
 
 
 @dataclass
@@ -50,33 +53,40 @@ class SideBySide:
     checkpoints: dict[str, Path]
     runs: dict[str, TagRun]
     input_topic: str
+    enriched: list[RawRecord]
+    enrich_checkpoints: dict[str, Path]
 
 
 @pytest.fixture(scope="module")
 def side_by_side(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
     tmp = tmp_path_factory.mktemp("blue-green")
     tin, raw = f"orders-{uuid.uuid4().hex[:8]}", f"totals-raw-{uuid.uuid4().hex[:8]}"
-    create_topics(bootstrap, {tin: 4, raw: RAW_PARTITIONS})
+    enriched = f"enriched-raw-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 4, raw: RAW_PARTITIONS, enriched: ENRICH_PARTITIONS})
     write_orders(bootstrap, tin, make_orders(SPEC))
     runs: dict[str, TagRun] = {}
     checkpoints: dict[str, Path] = {}
-    for version, job in JOB_FILES.items():
-        checkpoints[version] = tmp / f"ck-{version}"
-        args = ["--bootstrap", bootstrap, "--input", tin, "--output", raw,
-                "--checkpoint", str(checkpoints[version]), "--available-now",
-                "--max-offsets-per-trigger", "120"]
-        runs[version] = TagRun(tag_command(version, JOBS / job, args), tmp / f"{version}.log")
-    for run in runs.values():  # both at once: side by side
+    for (name, files, out) in (("totals", JOB_FILES, raw), ("enrich", ENRICH_FILES, enriched)):
+        for version, job in files.items():
+            checkpoints[f"{name}-{version}"] = tmp / f"ck-{name}-{version}"
+            args = ["--bootstrap", bootstrap, "--input", tin, "--output", out,
+                    "--checkpoint", str(checkpoints[f"{name}-{version}"]), "--available-now",
+                    "--max-offsets-per-trigger", "120"]
+            runs[f"{name}-{version}"] = TagRun(tag_command(version, JOBS / job, args),
+                                               tmp / f"{name}-{version}.log")
+    for run in runs.values():  # all at once: side by side
         run.start()
-    for version, run in runs.items():
-        code = run.wait(480)
-        assert code == 0, f"{version} exited {code}:\n{run.tail()}"
+    for name, run in runs.items():
+        code = run.wait(600)
+        assert code == 0, f"{name} exited {code}:\n{run.tail()}"
     return SideBySide(
         orders=orders_by_position(read_topic(bootstrap, tin)),
         raw=read_topic(bootstrap, raw),
-        checkpoints=checkpoints,
-        runs=runs,
+        checkpoints={v: checkpoints[f"totals-{v}"] for v in JOB_FILES},
+        runs={v: runs[f"totals-{v}"] for v in JOB_FILES},
         input_topic=tin,
+        enriched=read_topic(bootstrap, enriched),
+        enrich_checkpoints={v: checkpoints[f"enrich-{v}"] for v in ENRICH_FILES},
     )
 
 
@@ -199,3 +209,48 @@ def test_blue_and_green_side_by_side_same_windows_same_partitions(
                                                               g.header(EVENT_TIME))
         assert b.value != g.value  # green's logic really differs
         assert "max_amount" in json.loads(g.value or b"")
+
+
+EUR_RATES = {"DE": Decimal("1.00"), "FR": Decimal("1.00"), "US": Decimal("0.92"),
+             "GB": Decimal("1.17"), "JP": Decimal("0.0061")}
+
+
+@pytest.mark.parametrize("version", ["blue", "green"])
+def test_enrichment_records_carry_the_order_time_and_their_batch_watermark(
+    side_by_side: SideBySide, version: str
+) -> None:
+    s = side_by_side
+    logs = offset_logs(s.enrich_checkpoints[version], s.input_topic)
+    wms = expected_watermarks(logs, s.orders, DELAY_MS)
+    assert {log.batch: (log.meta.batchWatermarkMs or None) for log in logs} == wms
+    assert len(logs) >= 4 and any(wms.values())
+    batch = assign_batches(logs, s.orders)
+    by_id = {o.order_id: (pos, o) for pos, o in s.orders.items()}
+    data = [r for r in s.enriched if r.header(VERSION) == version and r.header(KIND) is None]
+    got = {}
+    for rec in data:
+        tagged = parse_headers(list(rec.headers))
+        value = json.loads(rec.value or b"", parse_float=Decimal)
+        assert value["order_id"] not in got, "duplicate"
+        got[value["order_id"]] = value
+        pos, order = by_id[value["order_id"]]
+        amount = Decimal(str(order.amount))
+        assert tagged.event_time == order.ts == value["ts"]
+        assert tagged.batch == batch[pos]
+        assert tagged.watermark == wms[batch[pos]]
+        assert rec.key == order.customer.encode()
+        assert rec.partition == partition_for(rec.key, None, ENRICH_PARTITIONS)
+        assert Decimal(value["amount"]) == amount
+        rate = EUR_RATES[order.country]
+        assert Decimal(value["amount_eur"]) == (amount * rate).quantize(Decimal("0.01"),
+                                                                         ROUND_HALF_UP)
+        high = Decimal(100 if version == "blue" else 150)
+        assert value["tier"] == ("high" if amount >= high else "normal")
+        if version == "green":
+            assert value["amount_cents"] == int(amount * 100)
+        else:
+            assert "amount_cents" not in value
+    assert set(got) == {o.order_id for o in s.orders.values() if o.amount >= 5}
+    beats = [r for r in s.enriched if r.header(VERSION) == version and r.header(KIND)]
+    assert sorted((r.partition, int(r.header(BATCH) or -1)) for r in beats) == sorted(
+        (p, log.batch) for p in range(ENRICH_PARTITIONS) for log in logs)

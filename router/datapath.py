@@ -99,6 +99,7 @@ class Owned:
     rebuild_from: int
     rebuild_marks: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
     dirty: bool = True
+    queued: int = 0    # output records of this partition queued in the current batch
 
 
 class DataPath:
@@ -125,6 +126,7 @@ class DataPath:
         self._producer: Producer | None = None
         self._control: ControlReader | None = None
         self._max_poll_s = 300.0
+        self._by_tp: dict[tuple[str, int], Owned] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -244,9 +246,15 @@ class DataPath:
             owned = self.owned.pop(key, None)
             if owned is not None:
                 owned.store.close()
+        self._index()
         if keys:
             self.board.changed = True
             log.info("released partitions %s", sorted(keys))
+
+    def _index(self) -> None:
+        """(raw topic, partition) -> owned partition, for the per-record path."""
+        self._by_tp = {(t, p): o for (_, p), o in self.owned.items()
+                       for t in o.route.settings.inputs}
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
@@ -265,6 +273,7 @@ class DataPath:
             assign.append(TopicPartition(tp.topic, tp.partition,
                                          owned.next_offsets.get(tp.topic, 0)))
         consumer.assign(assign)
+        self._index()
         self.board.changed = True
         log.info("took over partitions %s", keys)
 
@@ -342,8 +351,7 @@ class DataPath:
                 log.warning("consumer: %s", err.str())
             return
         topic, p, off = msg.topic(), msg.partition(), msg.offset()
-        rt = self.topic_route[topic]
-        owned = self.owned.get((rt.settings.name, p))
+        owned = self._by_tp.get((topic, p))
         if owned is None:
             return
         owned.next_offsets[topic] = off + 1
@@ -387,6 +395,7 @@ class DataPath:
                 hdrs.append((SRC, f"{ref.topic}:{p}:{ref.offset}".encode()))
                 self._outputs.append((rs.output, p, rec.key, rec.value, hdrs))
                 owned.out_pos += 1
+                owned.queued += 1
             elif outcome is Outcome.DEAD_LETTER:
                 hdrs = list(ref.headers or ())
                 hdrs.append((ERROR, (d.reason or "unknown").encode()))
@@ -410,7 +419,7 @@ class DataPath:
         dirty = [o for o in self.owned.values() if o.dirty]
         if not dirty and not self._outputs:
             return
-        pending_out = sum(1 for o in self._outputs)
+        pending_out = len(self._outputs)
         ckpts: list[Checkpoint] = []
         commits: list[TopicPartition] = []
         for owned in dirty:
@@ -432,6 +441,7 @@ class DataPath:
             owned.store.put_meta("seq", str(owned.seq).encode())
             owned.store.flush()
             owned.dirty = False
+            owned.queued = 0
         if commits:
             try:
                 self._consumer.commit(offsets=commits, asynchronous=True)
@@ -442,8 +452,7 @@ class DataPath:
         self.board.changed = self.board.changed or pending_out > 0
 
     def _queued_for(self, owned: Owned) -> int:
-        out = owned.route.settings.output
-        return sum(1 for o in self._outputs if o[0] == out and o[1] == owned.partition)
+        return owned.queued
 
     def _rebuild_from(self, owned: Owned) -> int:
         h = owned.router.horizon

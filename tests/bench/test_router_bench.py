@@ -1,0 +1,147 @@
+"""Router throughput vs a confluent-kafka pass-through loop vs a bare Faust agent, on the same
+broker and data. Run with `make bench` (pytest -m bench -s tests/bench); prints the figures."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from cutover.broker import create_topics
+from cutover.headers import TaggedRecord
+from cutover.plan import CutoverPlan, Segment
+from cutover.settings import parse_settings
+from router.datapath import DataPath
+
+pytestmark = [pytest.mark.bench, pytest.mark.broker]
+
+EVENTS = 100_000          # each emitted by blue and green: 200,000 raw records
+PARTITIONS = 4
+BASE_T = 1_767_225_600_000
+
+
+def _fill(bootstrap: str, topic: str) -> int:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
+                  "queue.buffering.max.messages": 2_000_000, "batch.num.messages": 10000})
+    n = 0
+    for i in range(EVENTS):
+        t = BASE_T + i * 10
+        for v in ("blue", "green"):
+            hdrs = TaggedRecord(version=v, event_time=t, watermark=t - 1000).to_headers()
+            value = b'{"order": %d, "amount": %d, "by": "%s"}' % (i, i % 997, v.encode())
+            while True:
+                try:
+                    p.produce(topic, value, b"k%d" % i, partition=i % PARTITIONS, headers=hdrs)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            n += 1
+    p.flush(60)
+    return n
+
+
+def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{raw}",
+                  "enable.auto.commit": False, "queued.max.messages.kbytes": 262144})
+    c.assign([TopicPartition(raw, p, 0) for p in range(PARTITIONS)])
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                  "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000})
+    n = 0
+    t0 = None
+    while n < total:
+        msgs = c.consume(20_000, 0.05)
+        if msgs and t0 is None:
+            t0 = time.monotonic()
+        for m in msgs:
+            if m.error():
+                continue
+            while True:
+                try:
+                    p.produce(out, m.value(), m.key(), partition=m.partition(),
+                              headers=m.headers())
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            n += 1
+        p.flush(60)
+        c.commit(asynchronous=True) if msgs else None
+    assert t0 is not None
+    rate = total / (time.monotonic() - t0)
+    c.close()
+    return rate
+
+
+def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
+            state: Path) -> float:
+    settings = parse_settings({
+        "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
+        "group_id": f"bench-{raw}", "state_dir": str(state), "http_port": None,
+        "kafka": {"session.timeout.ms": 6000},
+        "routes": [{"name": "bench", "inputs": [raw], "output": out}]})
+    plan = CutoverPlan(route="bench", epoch=1, segments=(
+        Segment(from_event_time=None, primary="blue"),
+        Segment(from_event_time=BASE_T + EVENTS * 5, primary="green")))
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(control, plan.to_json(), b"bench")
+    p.flush(10)
+    engine = DataPath(settings, "bench")
+    th = threading.Thread(target=engine.run, daemon=True)
+    th.start()
+    while len(engine.owned) < PARTITIONS:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+
+    def done() -> int:
+        s = 0
+        for o in list(engine.owned.values()):
+            c = o.router.counters
+            s += c.forwarded + c.duplicates + c.dead_lettered + sum(c.suppressed.values())
+        return s
+
+    while done() < total:
+        time.sleep(0.01)
+    rate = total / (time.monotonic() - t0)
+    forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())
+    engine.stop()
+    th.join(30)
+    assert forwarded == EVENTS
+    return rate
+
+
+def _faust_agent(bootstrap: str, raw: str, out: str, count: int) -> float:
+    script = Path(__file__).with_name("router_faust_agent.py")
+    res = subprocess.run([sys.executable, str(script), bootstrap, raw, out, str(count)],
+                         capture_output=True, text=True, timeout=300)
+    found = re.search(r"records_per_s=(\d+)", res.stdout + res.stderr)  # Faust logs stdout
+    if found:
+        return float(found.group(1))
+    raise AssertionError(f"faust agent printed no figure:\n{res.stdout[-2000:]}"
+                         f"{res.stderr[-3000:]}")
+
+
+def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
+    raw, out_pt, out_r, out_f = "bench.raw", "bench.out-pt", "bench.out-router", "bench.out-f"
+    tag = str(int(time.time()))
+    raw, out_pt, out_r, out_f = (f"{t}-{tag}" for t in (raw, out_pt, out_r, out_f))
+    create_topics(bootstrap, {raw: PARTITIONS, out_pt: PARTITIONS, out_r: PARTITIONS,
+                              f"{out_r}.dlq": PARTITIONS, out_f: PARTITIONS,
+                              f"ctl-{tag}": 1, f"st-{tag}": 1})
+    total = _fill(bootstrap, raw)
+    pt = _passthrough(bootstrap, raw, out_pt, total)
+    router = _router(bootstrap, raw, out_r, f"ctl-{tag}", f"st-{tag}", total,
+                     tmp_path / "state")
+    shutil.rmtree(tmp_path / "state", ignore_errors=True)
+    print(f"\nconfluent pass-through loop: {pt:,.0f} records/s")
+    print(f"router (route + dedup + checkpoint): {router:,.0f} records/s "
+          f"= {router / pt:.0%} of pass-through", flush=True)
+    agent = _faust_agent(bootstrap, raw, out_f, 20_000)
+    print(f"bare Faust pass-through agent: {agent:,.0f} records/s = {agent / pt:.1%} of "
+          "pass-through")
+    assert router > 0 and pt > 0

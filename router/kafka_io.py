@@ -77,7 +77,9 @@ def wait_for_broker(conf: dict[str, Any], stop: threading.Event | None = None,
 
 def partitions_of(conf: dict[str, Any], topic: str) -> int | None:
     admin_conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
-    meta = AdminClient(admin_conf).list_topics(topic, timeout=10.0)
+    # Ask for all topics: a metadata request naming the topic auto-creates it on brokers
+    # with auto.create.topics.enable (the test broker does, with 4 partitions).
+    meta = AdminClient(admin_conf).list_topics(timeout=10.0)
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         return None

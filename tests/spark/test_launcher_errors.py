@@ -67,6 +67,7 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
                            flags=["--event-time", "timestamp"]))
     assert res.returncode == 0, res.stderr[-3000:]
     assert "event time: --event-time timestamp" in res.stderr
+    assert "records written: 30" in res.stdout  # batch read("kafka") served by cutover_kafka
     sent = {(r.key, (r.value or b"").decode().upper().encode()): r.timestamp
             for r in read_topic(bootstrap, tin)}
     data = [r for r in read_topic(bootstrap, tout) if r.header("bg.kind") is None]

@@ -15,3 +15,7 @@ out = orders.select("key", F.upper(F.col("value").cast("string")).alias("value")
 (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
  .option("topic", sink).option("checkpointLocation", checkpoint)
  .trigger(availableNow=True).start().awaitTermination())
+# a batch read of what was written, as a job might check its output
+written = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+           .option("subscribe", sink).option("includeHeaders", "true").load())
+print("records written:", written.where("length(value) > 0").count(), flush=True)

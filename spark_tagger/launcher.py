@@ -218,6 +218,10 @@ def start_tagged(writer: Any) -> Any:
 
 def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
+    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+        # Connect's writer classes are not the ones patched: the output would go out untagged
+        raise TaggerError("Spark Connect (SPARK_REMOTE) is not supported: the tagger runs the "
+                          "job as a classic Spark driver; unset SPARK_REMOTE")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     install(settings)

@@ -78,6 +78,14 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
         assert r.header("bg.watermark") is None  # the query has no watermark
 
 
+def test_spark_connect_is_refused_rather_than_left_untagged() -> None:
+    env = {**spark_env(), "SPARK_REMOTE": "sc://localhost:15002"}
+    res = subprocess.run(tag_command("blue", JOBS / "windowed_totals.py", []), env=env,
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == 2 and "Spark Connect" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
 def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
     res = _run(tag_command("blue", JOBS / "windowed_totals.py", [], flags=["--conf", "nokey"]))
     assert res.returncode == 2 and "is not KEY=VALUE" in res.stderr

@@ -25,7 +25,7 @@ test-all: $(STAMP)
 	$(PY) -m pytest -m 'not bench and not conformance_full'
 
 bench: $(STAMP)
-	$(PY) -m pytest -m bench -s tests/bench
+	$(PY) -m pytest -m bench -s tests/bench tests/spark/test_bench_kafka.py
 
 conformance: $(STAMP)
 	$(PY) -m pytest -m conformance_full -s tests/conformance

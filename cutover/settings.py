@@ -76,6 +76,11 @@ class RouterSettings(BaseModel):
     control_topic: TopicName = "bg.control"
     status_topic: TopicName = "bg.status"
     group_id: str = "cutover-router"
+    checkpoint_topic: TopicName | None = Field(
+        default=None,
+        description="compacted topic of partition checkpoints; default <group_id>.checkpoints. "
+                    "Set it where topic names are governed (ACLs, prefixes); workers of one "
+                    "group must agree on it")
     state_dir: Path = Path("var/cutover-router")
     http_port: int | None = Field(default=6066, ge=0, le=65535)
     status_interval_s: float = Field(default=5.0, gt=0)
@@ -87,6 +92,8 @@ class RouterSettings(BaseModel):
 
     @model_validator(mode="after")
     def _unique(self) -> RouterSettings:
+        if self.checkpoint_topic is None:
+            object.__setattr__(self, "checkpoint_topic", f"{self.group_id}.checkpoints")
         names = [r.name for r in self.routes]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
@@ -98,6 +105,12 @@ class RouterSettings(BaseModel):
                     raise ValueError(f"input topic {t!r} belongs to routes {seen[t]!r} and "
                                      f"{r.name!r}; a raw topic feeds one route")
                 seen[t] = r.name
+        used = {self.control_topic, self.status_topic}
+        for r in self.routes:
+            used |= {*r.inputs, r.output, r.dead_letter or "", r.shadow or ""}
+        if self.checkpoint_topic in used:
+            raise ValueError(f"checkpoint_topic {self.checkpoint_topic!r} is also used for "
+                             "another purpose; give the checkpoints a topic of their own")
         return self
 
     def route(self, name: str) -> RouteSettings:

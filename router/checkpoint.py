@@ -1,7 +1,8 @@
 """Partition checkpoints: what a worker taking over a raw partition resumes from.
 
 The test broker does not keep consumer-commit metadata, so checkpoints go to a compacted topic
-of their own (``<group_id>.checkpoints``, key ``route/partition``). A batch's checkpoint is
+of their own (the ``checkpoint_topic`` setting, default ``<group_id>.checkpoints``; key
+``route/partition``). A batch's checkpoint is
 durable *before* any output of that batch is produced, so the newest checkpoint's state always
 covers every decision whose output may exist; with pinned boundaries, re-deciding records from
 the checkpoint's offsets with that state gives the same decisions (see router.datapath).
@@ -39,6 +40,7 @@ class Checkpoint(BaseModel):
 
 
 def checkpoint_topic(group_id: str) -> str:
+    """The default checkpoint topic of a worker group (RouterSettings.checkpoint_topic)."""
     return f"{group_id}.checkpoints"
 
 

@@ -110,7 +110,7 @@ class DataPath:
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.stop_event = threading.Event()
-        self.ckpt_topic = checkpoint_topic(settings.group_id)
+        self.ckpt_topic: str = settings.checkpoint_topic or checkpoint_topic(settings.group_id)
         self.book = PlanBook(plan_key_from_env())
         self.routes: dict[str, RouteRuntime] = {}
         self.topic_route: dict[str, RouteRuntime] = {}

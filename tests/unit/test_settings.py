@@ -7,6 +7,7 @@ import pytest
 from cutover.plan import parse_plan
 from cutover.settings import Handover, SettingsError, load_settings
 from cutover.status import TransitionState, parse_status
+from router.datapath import DataPath
 
 CONFIG = Path(__file__).parents[2] / "config"
 
@@ -81,3 +82,32 @@ def test_bad_settings_name_key_and_file(tmp_path: Path, monkeypatch: pytest.Monk
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="cannot read settings file"):
         load_settings(tmp_path / "nope.yaml")
+
+
+def test_checkpoint_topic_default_and_override(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    route = "routes:\n  - {name: r, inputs: [r.raw], output: r.out}\n"
+    s = load_settings(write(tmp_path, "bootstrap: k\n" + route))
+    assert s.checkpoint_topic == "cutover-router.checkpoints"
+    s = load_settings(write(tmp_path, "bootstrap: k\ngroup_id: g7\n" + route))
+    assert s.checkpoint_topic == "g7.checkpoints"
+    s = load_settings(write(tmp_path, "bootstrap: k\ngroup_id: g7\n"
+                                      "checkpoint_topic: ops.ckpt\n" + route))
+    assert s.checkpoint_topic == "ops.ckpt"
+    assert DataPath(s).ckpt_topic == "ops.ckpt"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("r.out", "checkpoint_topic 'r.out' is also used"),
+    ("bg.status", "checkpoint_topic 'bg.status' is also used"),
+    ("bad name!", "checkpoint_topic"),
+])
+def test_checkpoint_topic_must_be_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          value: str, message: str) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    path = write(tmp_path, f"bootstrap: k\ncheckpoint_topic: '{value}'\n"
+                           "routes:\n  - {name: r, inputs: [r.raw], output: r.out}\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings(path)
+    assert message in str(err.value)

@@ -52,8 +52,15 @@ class Transition(BaseModel):
 
 
 class PartitionStatus(BaseModel):
+    """One raw partition as its owner sees it. ``epoch`` and ``boundary`` come from the
+    partition's own decision state, so a reader needs no plan to know what it has applied."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    epoch: int | None = Field(default=None, description="plan epoch this partition has applied")
+    boundary: int | None = Field(
+        default=None, description="this partition's effective (maybe pinned) boundary of its "
+                                  "last transition; null when its timeline has one primary")
     horizon: int | None = None
     watermarks: dict[str, int] = Field(default_factory=dict)
     pinned: tuple[int, ...] = ()

@@ -319,6 +319,12 @@ class PartitionRouter:
 
     # -- readiness inputs -------------------------------------------------------------------
 
+    @property
+    def boundary(self) -> int | None:
+        """The start of the last segment of this partition's timeline: the effective (maybe
+        pinned) boundary of the transition of the epoch it applied; None if it has one."""
+        return self._last_bound
+
     def boundary_of(self, to_version: str) -> int | None:
         """This partition's (possibly pinned) boundary where ``to_version`` becomes primary
         for good: the start of the last segment, if its primary is ``to_version``."""

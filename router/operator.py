@@ -50,7 +50,7 @@ from router.kafka_io import (
     read_to_end,
     wait_for_broker,
 )
-from router.readiness import PartitionProgress, readiness
+from router.readiness import PartitionProgress, progress_of, readiness
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -138,13 +138,9 @@ class RouteView:
     rejections: list[PlanRejectedEvent] = field(default_factory=list)
 
     def progress(self) -> dict[int, PartitionProgress]:
-        out: dict[int, PartitionProgress] = {}
-        tr = self.plan.transition if self.plan is not None else None
-        for p, (ps, epoch, _, _) in self.partitions.items():
-            boundary = max([tr[2], *ps.pinned]) if tr else None
-            out[p] = PartitionProgress(epoch=epoch, boundary=boundary,
-                                       watermarks=ps.watermarks, held=ps.held)
-        return out
+        """Each partition's own applied epoch and effective boundary, as its owner published
+        them (a partition status without them falls back to its message's epoch)."""
+        return {p: progress_of(ps, epoch) for p, (ps, epoch, _, _) in self.partitions.items()}
 
     def transition(self) -> Transition:
         n = self.num_partitions or (max(self.partitions) + 1 if self.partitions else 0)
@@ -214,7 +210,8 @@ def read_views(t: Target, route: str | None = None) -> dict[str, RouteView]:
             for p, ps in st.partitions.items():
                 held = v.partitions.get(p)
                 if held is None or st.updated_at >= held[3]:
-                    v.partitions[p] = (ps, st.epoch, st.worker, st.updated_at)
+                    epoch = ps.epoch if ps.epoch is not None else st.epoch
+                    v.partitions[p] = (ps, epoch, st.worker, st.updated_at)
         live = {w for _, _, w, _ in v.partitions.values()}
         for w in live:
             v.counters = v.counters.add(v.workers[w].counters)
@@ -340,21 +337,24 @@ def _print_table(v: RouteView) -> None:
     if tr.holdups:
         print(f"  waiting on: {tr.describe_holdups()}")
     versions = sorted({ver for ps, *_ in v.partitions.values() for ver in ps.watermarks})
-    head = f"  {'part':>4} {'worker':<18} {'horizon':>15} {'held':>6} " + " ".join(
+    head = (f"  {'part':>4} {'worker':<18} {'epoch':>5} {'boundary':>15} {'horizon':>15} "
+            f"{'held':>6} ") + " ".join(
         f"{'wm ' + ver:>16} {'lag':>8}" for ver in versions)
     print(head)
     for p in range(v.num_partitions or 0) if v.num_partitions else sorted(v.partitions):
         if p not in v.partitions:
             print(f"  {p:>4} {'(no router)':<18}")
             continue
-        ps, _, w, _ = v.partitions[p]
+        ps, e, w, _ = v.partitions[p]
         cells = []
         for ver in versions:
             wm = ps.watermarks.get(ver)
             lag = (ps.horizon - wm) if (wm is not None and ps.horizon is not None) else None
             cells.append(f"{wm if wm is not None else '-':>16} "
                          f"{lag if lag is not None else '-':>8}")
-        print(f"  {p:>4} {w[:18]:<18} {ps.horizon if ps.horizon is not None else '-':>15} "
+        print(f"  {p:>4} {w[:18]:<18} {e if e is not None else '-':>5} "
+              f"{ps.boundary if ps.boundary is not None else '-':>15} "
+              f"{ps.horizon if ps.horizon is not None else '-':>15} "
               f"{ps.held:>6} " + " ".join(cells))
     c = v.counters
     sup = ", ".join(f"{k}={n}" for k, n in sorted(c.suppressed.items())) or "0"

@@ -9,7 +9,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from cutover.plan import CutoverPlan
-from cutover.status import Holdup, Transition, TransitionState
+from cutover.status import Holdup, PartitionStatus, Transition, TransitionState
 
 
 class PartitionProgress(BaseModel):
@@ -21,6 +21,14 @@ class PartitionProgress(BaseModel):
     boundary: int | None      # this partition's (maybe pinned) boundary of the transition
     watermarks: dict[str, int]
     held: int = 0
+
+
+def progress_of(ps: PartitionStatus, fallback_epoch: int | None = None) -> PartitionProgress:
+    """Readiness input of a published partition status. ``fallback_epoch`` (the message's
+    epoch) serves status messages written before partitions carried their own."""
+    epoch = ps.epoch if ps.epoch is not None else fallback_epoch
+    return PartitionProgress(epoch=epoch, boundary=ps.boundary, watermarks=ps.watermarks,
+                             held=ps.held)
 
 
 def readiness(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cutover.plan import PlanRejected, utcnow
 from cutover.status import Counters, PartitionStatus, PlanRejectedEvent, RouteStatus
-from router.readiness import PartitionProgress, readiness
+from router.readiness import PartitionProgress, progress_of, readiness
 
 if TYPE_CHECKING:
     from router.datapath import DataPath
@@ -42,17 +42,15 @@ class StatusBoard:
         parts: dict[int, PartitionStatus] = {}
         progress: dict[int, PartitionProgress] = {}
         counters = Counters()
-        to = plan.transition[1] if plan is not None and plan.transition else None
         for (r, p), owned in sorted(eng.owned.items()):
             if r != route:
                 continue
             pr = owned.router
             held = len(pr.held)
-            parts[p] = PartitionStatus(horizon=pr.horizon, watermarks=dict(pr.watermarks),
-                                       pinned=pr.pinned, held=held)
-            progress[p] = PartitionProgress(
-                epoch=pr.epoch, boundary=pr.boundary_of(to) if to else None,
-                watermarks=dict(pr.watermarks), held=held)
+            ps = PartitionStatus(epoch=pr.epoch, boundary=pr.boundary, horizon=pr.horizon,
+                                 watermarks=dict(pr.watermarks), pinned=pr.pinned, held=held)
+            parts[p] = ps
+            progress[p] = progress_of(ps)
             c = pr.counters
             counters = counters.add(Counters(
                 forwarded=c.forwarded, suppressed=dict(c.suppressed), duplicates=c.duplicates,

@@ -99,8 +99,10 @@ def test_two_workers_rebalance_during_switch(bootstrap: str, tmp_path: Path) -> 
         env.wait_output(N, timeout=120)
         # Where the plan reached a partition after its horizon passed the boundary, the
         # partition pinned it (the emulated jobs run ~200x faster than event time).
-        eff = {p: max([boundary, *ps.pinned]) for p, (ps, *_r) in env.view().partitions.items()}
-        check_output(env, events(0, N), lambda p, t: "green" if t >= eff[p] else "blue")
+        parts = env.view().partitions
+        eff = {p: ps.boundary for p, (ps, *_r) in parts.items()}
+        assert all(b is not None and b >= boundary for b in eff.values()), parts
+        check_output(env, events(0, N), lambda p, t: "green" if t >= eff[p] else "blue")  # type: ignore[operator]
         a.assert_alive()
     finally:
         a.stop()

@@ -83,6 +83,8 @@ def test_switch_mid_stream(bootstrap: str, tmp_path: Path) -> None:
         st = run_cli_json(env)
         assert st["transition"]["state"] == "CLEAR_TO_TEARDOWN"
         assert st["counters"]["forwarded"] == len(evs)
+        assert {(ps["epoch"], ps["boundary"]) for ps in st["partitions"].values()} == {
+            (2, boundary)}
         assert st["counters"]["suppressed"] == {"green": 600 - 0 + (boundary - BASE_T) // STEP
                                                 - 600, "blue": 1200 - (boundary - BASE_T)
                                                 // STEP}
@@ -126,8 +128,11 @@ def test_late_plan_is_pinned(env: Env, router: RouterProcess) -> None:
     env.wait_for("the plan pinned on every partition", lambda: all(
         ps.pinned for ps, *_r in env.view().partitions.values()
         ) and env.view().plan.epoch == 2)
-    pins = {p: ps.pinned for p, (ps, *_r) in env.view().partitions.items()}
-    assert pins == {p: (h + 1,) for p, h in horizons.items()}
+    parts = env.view().partitions
+    assert {p: ps.pinned for p, (ps, *_r) in parts.items()} == {
+        p: (h + 1,) for p, h in horizons.items()}
+    assert {p: (ps.epoch, ps.boundary) for p, (ps, *_r) in parts.items()} == {
+        p: (2, h + 1) for p, h in horizons.items()}
     green.emit(events(0, 600))        # green's copies of already-routed events come late
     blue.emit(events(300, 600))
     evs = events(0, 600)

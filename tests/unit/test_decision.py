@@ -232,3 +232,4 @@ def test_boundary_of_reports_this_partitions_pin() -> None:
     r.apply_plan(SWITCH_100)
     assert r.boundary_of("green") == 201
     assert r.boundary_of("blue") is None
+    assert (r.epoch, r.boundary) == (SWITCH_100.epoch, 201)

@@ -51,6 +51,7 @@ class CellResult(BaseModel):
     """The verifier's counts for one cell; ``reasons`` is empty exactly when the cell passes."""
 
     cell: Scenario
+    job: str | None = None   # a real Spark example job (tests/conformance/spark_slice.py)
     expected: int = 0
     forwarded: int = 0
     lost: int = 0
@@ -121,8 +122,10 @@ class StatusFollower:
     partition, the newest status of any worker; the plan, the newest epoch any status carries.
     """
 
-    def __init__(self, bootstrap: str, topic: str, route: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, route: str,
+                 partitions: int = PARTITIONS) -> None:
         self.route = route
+        self.partitions = partitions
         self.consumer = Consumer({**reader_conf(base_conf(bootstrap)), "fetch.wait.max.ms": 50})
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self.workers: dict[str, RouteStatus] = {}
@@ -139,7 +142,7 @@ class StatusFollower:
                 self.plan = st.plan
             if isinstance(st, RouteStatus):
                 self.workers[st.worker] = st
-        v = RouteView(self.route, plan=self.plan, num_partitions=PARTITIONS)
+        v = RouteView(self.route, plan=self.plan, num_partitions=self.partitions)
         for st in self.workers.values():
             for p, ps in st.partitions.items():
                 held = v.partitions.get(p)

@@ -34,6 +34,11 @@ ROUTE = "totals"
 WINDOW_MS = 10_000
 PARTITIONS = 2
 JOBS = Path(__file__).resolve().parents[1] / "examples" / "jobs"
+# Small-machine Spark settings: the default 200 shuffle partitions make each micro-batch of a
+# stateful job take ~45 s on two cores; two partitions take well under a second.
+SPARK_CONF = [f"--conf={kv}" for kv in (
+    "spark.master=local[2]", "spark.sql.shuffle.partitions=2", "spark.ui.enabled=false",
+    "spark.ui.showConsoleProgress=false", "spark.sql.session.timeZone=UTC")]
 
 
 def register(sub: Any) -> None:
@@ -167,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
         def job(version: str, script: str) -> None:
             procs.start(version, [
-                exe, "tag", "--version", version, "--quiet", "--", str(JOBS / script),
+                exe, "tag", "--version", version, "--quiet", *SPARK_CONF, "--", str(JOBS / script),
                 "--bootstrap", bootstrap, "--input", "demo.orders",
                 "--output", "demo.totals.raw", "--checkpoint", str(work / f"ck-{version}")],
                 env=spark_env)

@@ -36,6 +36,10 @@ class Checkpoint(BaseModel):
     rebuild_from: int = Field(description="output offset before which every record is older "
                                           "than the dedup retention window")
     worker: str
+    owner_gen: int = Field(default=0, description="ownership generation: +1 at every takeover "
+                                                  "of the partition. A checkpoint of an older "
+                                                  "generation never wins, so a previous owner "
+                                                  "that writes late cannot roll the state back")
     written_at: datetime = Field(default_factory=utcnow)
 
 
@@ -50,7 +54,8 @@ def checkpoint_key(route: str, partition: int) -> bytes:
 
 def read_checkpoints(conf: dict[str, Any], topic: str,
                      wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Checkpoint]:
-    """The newest (highest seq) checkpoint of each wanted (route, partition)."""
+    """The newest checkpoint of each wanted (route, partition): highest ownership generation,
+    then highest seq, then last written."""
     keys = {checkpoint_key(r, p): (r, p) for r, p in wanted}
     out: dict[tuple[str, int], Checkpoint] = {}
     for msg in read_to_end(conf, topic):
@@ -62,7 +67,7 @@ def read_checkpoints(conf: dict[str, Any], topic: str,
         except ValidationError:
             continue
         held = out.get(rp)
-        if held is None or ck.seq >= held.seq:
+        if held is None or (ck.owner_gen, ck.seq) >= (held.owner_gen, held.seq):
             out[rp] = ck
     return out
 

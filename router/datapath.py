@@ -51,9 +51,10 @@ from router.kafka_io import (
     BrokerUnavailable,
     client_conf,
     partitions_of,
+    read_to_end,
     wait_for_broker,
 )
-from router.recovery import read_back_output
+from router.recovery import ReadBack, note, read_back_outputs
 from router.status_publisher import StatusBoard
 
 log = logging.getLogger("cutover.router")
@@ -100,6 +101,12 @@ class Owned:
     rebuild_marks: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
     dirty: bool = True
     queued: int = 0    # output records of this partition queued in the current batch
+    owner_gen: int = 0  # ownership generation of the checkpoints this worker writes
+    known_end: int = 0  # output partition end as this worker knows it (read back + delivered)
+    delivered_to: int = 0  # one past the highest output offset delivered in this batch
+    # Records another writer put in the output whose raw offset this worker has not passed:
+    # (raw topic, raw offset, output offset); they keep readback_from at or below them.
+    ahead: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 class DataPath:
@@ -261,9 +268,7 @@ class DataPath:
                        for tp in partitions if tp.topic in self.topic_route})
         conf = client_conf(self.settings)
         ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
-        for key in keys:
-            if key not in self.owned:
-                self.owned[key] = self._recover(key, ckpts.get(key))
+        self.owned.update(self._recover({k: ckpts.get(k) for k in keys if k not in self.owned}))
         assign = []
         for tp in partitions:
             rt = self.topic_route.get(tp.topic)
@@ -280,43 +285,65 @@ class DataPath:
     def _store_path(self, route: str, partition: int) -> Path:
         return Path(self.settings.state_dir) / route / str(partition)
 
-    def _recover(self, key: tuple[str, int], ck: Checkpoint | None) -> Owned:
-        route, p = key
-        rt = self.routes[route]
-        rs = rt.settings
-        router = PartitionRouter(p, identity=rt.identity, store=None,  # type: ignore[arg-type]
-                                 retention_ms=rs.dedup.retention_ms,
-                                 ordered=rs.handover is Handover.ORDERED, max_held=rs.max_held)
-        path = self._store_path(route, p)
-        store = DedupStore(path)
-        store_seq = int(store.get_meta("seq") or b"0")
+    def _recover(self, cks: dict[tuple[str, int], Checkpoint | None]
+                 ) -> dict[tuple[str, int], Owned]:
+        """Take over partitions: restore each one's newest checkpoint, then read its output
+        partition back (one read per output topic for all partitions taken over)."""
         conf = client_conf(self.settings)
-        if ck is not None:
-            router.restore(ck.snapshot)
-            offsets = dict(ck.offsets)
-            seq, rebuild_from, start = ck.seq, ck.rebuild_from, ck.readback_from
-            fresh = store_seq not in (ck.seq, ck.seq - 1)
-        else:
-            offsets, seq, rebuild_from, start, fresh = {}, 0, 0, 0, store_seq != 0
-        for t in rs.inputs:
-            offsets.setdefault(t, self._low_offset(t, p))
-        if fresh:
-            store.destroy()
-            shutil.rmtree(path, ignore_errors=True)
+        preps: dict[tuple[str, int], tuple[PartitionRouter, DedupStore, int, dict[str, int],
+                                           int, int, bool, int]] = {}
+        for (route, p), ck in cks.items():
+            rt = self.routes[route]
+            rs = rt.settings
+            router = PartitionRouter(p, identity=rt.identity, store=None,  # type: ignore[arg-type]
+                                     retention_ms=rs.dedup.retention_ms,
+                                     ordered=rs.handover is Handover.ORDERED,
+                                     max_held=rs.max_held)
+            path = self._store_path(route, p)
             store = DedupStore(path)
-            start = min(start, rebuild_from)
-        router.store = store
-        rb = read_back_output(conf, rs.output, p, start, offsets, rt.identity, store)
-        plan = self.book.plans.get(route)
-        if plan is not None:
-            self._act(rt, router.apply_plan(plan))  # nothing is held yet: nothing released
-        log.info("partition %s/%d: resume at %s, checkpoint seq %d, %s store, read back %d "
-                 "output records from %d (%d already forwarded past the resume point)",
-                 route, p, offsets, seq, "rebuilt" if fresh else "kept", rb.records, start,
-                 len(rb.forwarded))
-        owned = Owned(rt, p, router, store, seq, offsets, rb.forwarded, rb.end, rebuild_from)
-        owned.rebuild_marks.append((router.horizon or 0, rebuild_from))
-        return owned
+            store_seq = int(store.get_meta("seq") or b"0")
+            if ck is not None:
+                router.restore(ck.snapshot)
+                offsets = dict(ck.offsets)
+                seq, rebuild_from, start = ck.seq, ck.rebuild_from, ck.readback_from
+                fresh = store_seq not in (ck.seq, ck.seq - 1)
+                gen = ck.owner_gen + 1
+            else:
+                offsets, seq, rebuild_from, start, fresh = {}, 0, 0, 0, store_seq != 0
+                gen = 1
+            for t in rs.inputs:
+                offsets.setdefault(t, self._low_offset(t, p))
+            if fresh:
+                store.destroy()
+                shutil.rmtree(path, ignore_errors=True)
+                store = DedupStore(path)
+                start = min(start, rebuild_from)
+            router.store = store
+            preps[(route, p)] = (router, store, seq, offsets, rebuild_from, start, fresh, gen)
+        rbs: dict[tuple[str, int], ReadBack] = {}
+        for route in {r for r, _ in preps}:
+            rt = self.routes[route]
+            wanted = {p: (pr[5], pr[3], pr[1]) for (r, p), pr in preps.items() if r == route}
+            for p, rb in read_back_outputs(conf, rt.settings.output, wanted,
+                                           rt.identity).items():
+                rbs[(route, p)] = rb
+        out: dict[tuple[str, int], Owned] = {}
+        for key, (router, store, seq, offsets, rebuild_from, start, fresh, gen) in preps.items():
+            route, p = key
+            rt = self.routes[route]
+            rb = rbs[key]
+            plan = self.book.plans.get(route)
+            if plan is not None:
+                self._act(rt, router.apply_plan(plan))  # nothing is held yet: nothing released
+            log.info("partition %s/%d: resume at %s, checkpoint seq %d, %s store, read back %d "
+                     "output records from %d (%d already forwarded past the resume point)",
+                     route, p, offsets, seq, "rebuilt" if fresh else "kept", rb.records, start,
+                     len(rb.forwarded))
+            owned = Owned(rt, p, router, store, seq, offsets, rb.forwarded, rb.end, rebuild_from,
+                          owner_gen=gen, known_end=rb.end)
+            owned.rebuild_marks.append((router.horizon or 0, rebuild_from))
+            out[key] = owned
+        return out
 
     def _low_offset(self, topic: str, partition: int) -> int:
         assert self._consumer is not None
@@ -411,6 +438,9 @@ class DataPath:
             if ref.offset < offsets.get(ref.topic, ref.offset + 1):
                 offsets[ref.topic] = ref.offset
             readback = min(readback, ref.out_pos)
+        if owned.ahead:
+            owned.ahead = [a for a in owned.ahead if a[1] >= offsets.get(a[0], 0)]
+            readback = min([readback, *(a[2] for a in owned.ahead)])
         # Outputs queued in this batch are not delivered yet: read back from before them.
         return offsets, readback
 
@@ -430,13 +460,16 @@ class DataPath:
             ckpts.append(Checkpoint(
                 route=owned.route.settings.name, partition=owned.partition, seq=owned.seq,
                 offsets=offsets, snapshot=owned.router.snapshot(), readback_from=readback,
-                rebuild_from=rebuild_from, worker=self.worker_id))
+                rebuild_from=rebuild_from, worker=self.worker_id, owner_gen=owned.owner_gen))
             commits.extend(TopicPartition(t, owned.partition, o) for t, o in offsets.items())
         self._check_ownership()
         if ckpts:
             write_checkpoints(self._producer, self.ckpt_topic, ckpts)
         if self._outputs:
+            self._check_ownership()  # again, as late as possible before writing
+            self._fence_foreign_writes()
             self._produce_outputs()
+            self._check_ownership(after_write=True)
         for owned in dirty:
             owned.store.put_meta("seq", str(owned.seq).encode())
             owned.store.flush()
@@ -469,12 +502,23 @@ class DataPath:
                 marks.popleft()
         return owned.rebuild_from
 
-    def _check_ownership(self) -> None:
-        """Only the owner of raw partition p writes output partition p."""
+    def _check_ownership(self, after_write: bool = False) -> None:
+        """Only the owner of raw partition p writes output partition p.
+
+        The group can move a partition only after this worker misses ``max.poll.interval.ms``
+        (librdkafka then leaves the group) or its session expires (the process stalled, or
+        lost the coordinator). Rebalance callbacks run only in ``consume``, so the assignment
+        is checked together with the time since the last poll; called before the checkpoint
+        write, right before producing, and after delivery (a late discovery stops the worker:
+        the new owner's foreign-write check, :meth:`_fence_foreign_writes`, deals with what
+        was written).
+        """
         assert self._consumer is not None
         if time.monotonic() - self._last_poll > self._max_poll_s * 0.8:
-            raise RuntimeError("the batch took longer than max.poll.interval.ms allows; the "
-                               "group may have moved partitions away; restarting the worker")
+            what = ("the batch's output was written" if after_write
+                    else "the batch took")
+            raise RuntimeError(f"{what} later than max.poll.interval.ms allows; the group may "
+                               "have moved partitions away; restarting the worker")
         assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
         for (route, p) in list(self.owned):
             rt = self.routes[route]
@@ -482,7 +526,85 @@ class DataPath:
                 raise RuntimeError(f"partition {route}/{p} is no longer assigned to this "
                                    "worker; refusing to write its output")
 
+    def _fence_foreign_writes(self) -> None:
+        """Before producing, look for output records this worker did not write.
+
+        A previous owner that stalled after its last ownership check (a zombie) can still
+        deliver one batch after this worker read the output back. ListOffsets(LATEST) above
+        the end this worker knows means someone else wrote (true on the test broker too,
+        whose answer is the last batch's base offset + 1: never above the real end, and above
+        our known end only if a batch started there). Those records are read and absorbed:
+        their raw offsets join the skip set, their identities the dedup store, and queued
+        outputs they already cover are dropped. One ListOffsets per output partition with
+        queued records, per batch (~0.3 ms on loopback).
+        """
+        assert self._consumer is not None
+        for owned in self.owned.values():
+            if not owned.queued:
+                continue
+            tp = TopicPartition(owned.route.settings.output, owned.partition)
+            try:
+                _, latest = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            except KafkaException as exc:
+                raise RuntimeError(f"cannot read the end of output {tp.topic}:{tp.partition} "
+                                   f"({exc}); refusing to write it unchecked") from None
+            if latest > owned.known_end:
+                self._absorb_foreign(owned, owned.known_end, ours={})
+
+    def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int]) -> None:
+        """Read output ``owned.partition`` from ``start`` to its end and take in every record
+        not in ``ours`` (bg.src -> how many of them this worker delivered since ``start``):
+        skip set, dedup store, readback bound; drop queued outputs they already cover."""
+        rs = owned.route.settings
+        p = owned.partition
+        rb = ReadBack(end=start)
+        resume, _ = self._resume_offsets(owned)
+        foreign: dict[bytes, tuple[str, int] | None] = {}
+        twice = 0
+        for msg in read_to_end(client_conf(self.settings), rs.output, {p: start}):
+            src_raw = next((v for k, v in msg.headers() or () if k == SRC), b"")
+            if ours.get(src_raw, 0) > 0:
+                ours[src_raw] -= 1   # one of ours
+                continue
+            src = note(rb, msg, resume, owned.route.identity, owned.store)
+            if src_raw in foreign or src_raw in ours:
+                twice += 1           # a second copy of a record is in the output
+            foreign[src_raw] = src
+            if src is not None:
+                owned.skip.add(src)
+                if src[1] >= resume.get(src[0], 0):
+                    owned.ahead.append((src[0], src[1], msg.offset()))
+        owned.store.flush()
+        dropped: set[bytes] = set()
+        if foreign and owned.queued:
+            keep = []
+            for o in self._outputs:
+                if o[0] == rs.output and o[1] == p and o[4] and o[4][-1][1] in foreign:
+                    dropped.add(o[4][-1][1])
+                    continue
+                keep.append(o)
+            self._outputs[:] = keep
+            owned.queued -= len(dropped)
+            c = owned.router.counters
+            c.forwarded -= len(dropped)
+            c.duplicates += len(dropped)
+        # Foreign copies of raw records this worker had already decided (and not just now):
+        # if it forwarded them, they are in the output twice.
+        passed = sum(1 for raw, src in foreign.items() if raw not in dropped and raw not in ours
+                     and src is not None and src[1] < resume.get(src[0], 0))
+        owned.known_end = max(rb.end, start)
+        owned.out_pos = owned.known_end + owned.queued
+        report = log.error if twice or passed else log.warning
+        report("output %s:%d: %d records from another writer (a previous owner that had not yet "
+               "noticed losing the partition) at offsets %d..%d; %d queued outputs they cover "
+               "were dropped; %d are certainly and %d possibly in the output twice",
+               rs.output, p, len(foreign), start, owned.known_end - 1, len(dropped), twice,
+               passed)
+
     def _produce_outputs(self) -> None:
+        """Produce the batch and wait; then check that each output partition received exactly
+        our records, contiguously after the end we knew (anything else in between was written
+        by another writer, or twice by a retry: absorbed and reported)."""
         assert self._producer is not None
         errors: list[str] = []
 
@@ -490,22 +612,56 @@ class DataPath:
             if err is not None:
                 errors.append(str(err))
 
+        def tracker(owned: Owned) -> Callable[[Any, Any], None]:
+            def on_output(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(str(err))
+                    return
+                o = msg.offset()
+                if o >= owned.delivered_to:
+                    owned.delivered_to = o + 1
+            return on_output
+
+        callbacks: dict[tuple[str, int], Callable[[Any, Any], None]] = {}
+        counts: dict[tuple[str, int], int] = {}
+        for owned in self.owned.values():
+            if owned.queued:
+                key = (owned.route.settings.output, owned.partition)
+                owned.delivered_to = owned.known_end
+                callbacks[key] = tracker(owned)
+                counts[key] = 0
         produce = self._producer.produce
         poll = self._producer.poll
         for topic, p, key, value, headers in self._outputs:
+            cb = callbacks.get((topic, p), on_delivery)
             while True:
                 try:
-                    produce(topic, value, key, partition=p, headers=headers,
-                            on_delivery=on_delivery)
+                    produce(topic, value, key, partition=p, headers=headers, on_delivery=cb)
                     break
                 except BufferError:
                     poll(0.05)
-        self._outputs.clear()
-        left = self._producer.flush(60)
+        batch, self._outputs = self._outputs, []
+        budget = self._max_poll_s * 0.9 - (time.monotonic() - self._last_poll)
+        left = self._producer.flush(max(budget, 1.0))
         if errors or left:
             raise RuntimeError("output produce failed "
                                f"({errors[0] if errors else f'{left} not delivered'}); the "
                                "worker stops and resumes from its checkpoint")
+        for owned in self.owned.values():
+            if not owned.queued:
+                continue
+            start, n = owned.known_end, owned.queued
+            owned.queued = 0
+            if owned.delivered_to != start + n:
+                out, p = owned.route.settings.output, owned.partition
+                ours: dict[bytes, int] = {}
+                for o in batch:
+                    if o[0] == out and o[1] == p:
+                        src = o[4][-1][1]
+                        ours[src] = ours.get(src, 0) + 1
+                self._absorb_foreign(owned, start, ours)
+            owned.known_end = max(owned.known_end, owned.delivered_to)
+            owned.out_pos = owned.known_end
 
     def _purge(self) -> None:
         self._last_purge = time.monotonic()

@@ -95,7 +95,14 @@ def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
 def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | None = None,
                 timeout: float = 60.0, batch: int = 5000) -> Iterator[Message]:
     """Yield every record of the given partitions (partition -> start offset; all partitions
-    from the beginning when None) up to each partition's end at the time of reading."""
+    from the beginning when None) up to each partition's end at the time of reading.
+
+    One consumer reads all partitions at once. A partition whose log is empty (ListOffsets
+    earliest == latest, right on every broker) is not fetched; the others stop as soon as
+    the position reaches the high watermark of a Fetch response (ListOffsets(LATEST) is
+    wrong on the test broker), without waiting for an end-of-partition event. Short consume
+    timeouts: ``consume(n, t)`` waits the whole ``t`` unless ``n`` records arrive.
+    """
     if partitions is None:
         n = partitions_of(conf, topic)
         if n is None:
@@ -105,16 +112,24 @@ def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | N
         return
     consumer = Consumer(reader_conf(conf))
     try:
-        consumer.assign([TopicPartition(topic, p, max(o, 0) if o >= 0 else o)
-                         for p, o in partitions.items()])
-        pending = set(partitions)
+        pos: dict[int, int] = {}
+        for p, o in partitions.items():
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                                       cached=False)
+            if low == high:
+                continue  # empty log: nothing to read, whatever the start
+            pos[p] = o
+        if not pos:
+            return
+        consumer.assign([TopicPartition(topic, p, o) for p, o in pos.items()])
+        pending = set(pos)
         deadline = time.monotonic() + timeout
         while pending:
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(
                     f"could not read {topic} partitions {sorted(pending)} to their end within "
                     f"{timeout:.0f}s")
-            for msg in consumer.consume(batch, 0.2):
+            for msg in consumer.consume(batch, 0.02):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -123,6 +138,13 @@ def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | N
                                                         KafkaError._UNKNOWN_PARTITION):
                         raise BrokerUnavailable(f"reading {topic}: {err.str()}")
                     continue
+                pos[msg.partition()] = msg.offset() + 1
                 yield msg
+            for p in list(pending):
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                           cached=True)
+                at = pos[p] if pos[p] >= 0 else low
+                if high >= 0 and at >= 0 and at >= high:
+                    pending.discard(p)
     finally:
         consumer.close()

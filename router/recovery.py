@@ -12,6 +12,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Message
+
 from cutover.headers import EVENT_TIME, SRC
 from router.dedup_store import DedupStore
 from router.identity import IdentityError, IdentityFn
@@ -35,30 +37,50 @@ def parse_src(raw: bytes | None) -> tuple[str, int, int] | None:
         return None
 
 
+def read_back_outputs(conf: dict[str, Any], output: str,
+                      wanted: dict[int, tuple[int, dict[str, int], DedupStore]],
+                      identity: IdentityFn) -> dict[int, ReadBack]:
+    """Read output partitions back, all in one pass (partition -> (start, resume, store)):
+    for each, collect the raw offsets at or after ``resume`` and put every forwarded record's
+    identity into its ``store``. Reading stops at each partition's end when the read began."""
+    out = {p: ReadBack(end=start) for p, (start, _, _) in wanted.items()}
+    for msg in read_to_end(conf, output, {p: start for p, (start, _, _) in wanted.items()}):
+        p = msg.partition()
+        _, resume, store = wanted[p]
+        note(out[p], msg, resume, identity, store)
+    for _, _, store in wanted.values():
+        store.flush()
+    return out
+
+
 def read_back_output(conf: dict[str, Any], output: str, partition: int, start: int,
                      resume: dict[str, int], identity: IdentityFn,
                      store: DedupStore) -> ReadBack:
-    """Read output ``partition`` from ``start`` to its end: collect raw offsets at or after
-    ``resume`` and put every forwarded record's identity into ``store``."""
-    rb = ReadBack(end=start)
-    for msg in read_to_end(conf, output, {partition: start}):
-        rb.records += 1
-        rb.end = msg.offset() + 1
-        src = et = None
-        for name, value in msg.headers() or ():
-            if name == SRC:
-                src = parse_src(value)
-            elif name == EVENT_TIME and value:
-                try:
-                    et = int(value)
-                except ValueError:
-                    et = None
-        if src is not None:
-            topic, _, off = src
-            if off >= resume.get(topic, 0):
-                rb.forwarded.add((topic, off))
-        if et is not None:
-            with contextlib.suppress(IdentityError):
-                store.add(identity(msg.key(), msg.value(), et), et)
-    store.flush()
-    return rb
+    """:func:`read_back_outputs` for one partition."""
+    return read_back_outputs(conf, output, {partition: (start, resume, store)},
+                             identity)[partition]
+
+
+def note(rb: ReadBack, msg: Message, resume: dict[str, int], identity: IdentityFn,
+         store: DedupStore) -> tuple[str, int] | None:
+    """Account one output record read back; return its (raw topic, offset) if it has one."""
+    rb.records += 1
+    rb.end = max(rb.end, msg.offset() + 1)
+    src = et = None
+    for name, value in msg.headers() or ():
+        if name == SRC:
+            src = parse_src(value)
+        elif name == EVENT_TIME and value:
+            try:
+                et = int(value)
+            except ValueError:
+                et = None
+    if et is not None:
+        with contextlib.suppress(IdentityError):
+            store.add(identity(msg.key(), msg.value(), et), et)
+    if src is None:
+        return None
+    topic, _, off = src
+    if off >= resume.get(topic, 0):
+        rb.forwarded.add((topic, off))
+    return topic, off

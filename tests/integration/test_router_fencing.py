@@ -1,0 +1,70 @@
+"""Output-writer fencing on the real broker: a previous owner's late write (a zombie) that lands
+after the new owner read the output back is found before the new owner writes, and a late
+checkpoint of an older ownership generation never wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from cutover.broker import end_offsets
+from cutover.headers import SRC, TaggedRecord
+from router.checkpoint import Checkpoint, read_checkpoints, write_checkpoints
+from router.decision import PartitionSnapshot
+from router.kafka_io import base_conf
+from tests.integration.harness import Env, Job, RouterProcess, check_output, events
+
+pytestmark = pytest.mark.broker
+
+
+def test_zombie_write_after_readback_is_not_forwarded_again(bootstrap: str,
+                                                           tmp_path: Path) -> None:
+    env = Env(bootstrap, tmp_path, partitions=2)
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    router = RouterProcess(env)
+    try:
+        router.wait_started()
+        blue = Job(env, "blue")
+        blue.emit(events(0, 200))
+        env.wait_output(200)
+        # The next micro-batch, as the owner would forward it. A stalled previous owner writes
+        # the first 40 records of partition 0 into the output now, after this owner's
+        # read-back and before the raw records reach it.
+        nxt = events(200, 400)
+        raw_end = end_offsets(bootstrap, env.inputs[0])[0]
+        zombie = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+        wm = blue.watermark
+        for i, e in enumerate([e for e in nxt if e.i % 2 == 0][:40]):
+            hdrs = TaggedRecord(version="blue", event_time=e.t, watermark=wm,
+                                batch=blue.batch).to_headers()
+            hdrs.append((SRC, f"{env.inputs[0]}:0:{raw_end + i}".encode()))
+            zombie.produce(env.output, blue.value(e), e.key, partition=0, headers=hdrs)
+        assert zombie.flush(10) == 0
+        blue.emit(nxt)
+        env.wait_output(400)
+        check_output(env, events(0, 400), lambda p, t: "blue")
+        assert "40 records from another writer" in router.text(), router.text()[-3000:]
+        assert "40 queued outputs they cover were dropped" in router.text()
+        router.assert_alive()
+    finally:
+        router.stop()
+
+
+def test_late_checkpoint_of_an_older_owner_does_not_win(bootstrap: str,
+                                                       topic_factory) -> None:  # type: ignore[no-untyped-def]
+    topic = topic_factory("ckpt", partitions=1, compacted=True)
+
+    def ck(gen: int, seq: int, offset: int) -> Checkpoint:
+        return Checkpoint(route="r", partition=0, seq=seq, offsets={"r.raw": offset},
+                          snapshot=PartitionSnapshot(partition=0), readback_from=0,
+                          rebuild_from=0, worker=f"w{gen}", owner_gen=gen)
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    write_checkpoints(producer, topic, [ck(1, 4, 100)])
+    write_checkpoints(producer, topic, [ck(2, 5, 150)])   # the new owner takes over
+    write_checkpoints(producer, topic, [ck(1, 5, 120)])   # the old one writes late
+    write_checkpoints(producer, topic, [ck(1, 6, 130)])
+    got = read_checkpoints(base_conf(bootstrap), topic, {("r", 0)})[("r", 0)]
+    assert (got.owner_gen, got.seq, got.offsets) == (2, 5, {"r.raw": 150})

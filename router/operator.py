@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
 from cutover.cli import CliError
@@ -47,7 +47,7 @@ from router.kafka_io import (
     BrokerUnavailable,
     base_conf,
     partitions_of,
-    read_to_end,
+    reader_conf,
     wait_for_broker,
 )
 from router.readiness import PartitionProgress, progress_of, readiness
@@ -61,6 +61,14 @@ def parse_duration_ms(text: str) -> int:
     if not m:
         raise CliError(f"{text!r} is not a duration; write e.g. 500ms, 30s, 10m, 2h")
     return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
+
+
+def parse_deadline(text: str, now: datetime) -> datetime:
+    """A duration from now (``15m``, ``+2h``), epoch ms or an ISO-8601 time."""
+    relative = text.strip().removeprefix("+")
+    if _DURATION.match(relative):
+        return now + timedelta(milliseconds=parse_duration_ms(relative))
+    return datetime.fromtimestamp(parse_instant_ms(text) / 1000, UTC)
 
 
 def parse_instant_ms(text: str) -> int:
@@ -151,71 +159,207 @@ class RouteView:
         return max(hs) if hs else None
 
 
+STATUS_TAIL = 1000   # status records per partition read first (the newest of every worker)
+CONTROL_TAIL = 1000  # control records per partition read first (plans are rare)
+
+
+class _Follower:
+    """One consumer on one topic, from a bounded tail (or the beginning) on, read
+    incrementally: :meth:`read_new` returns what arrived since the last call, up to the end."""
+
+    def __init__(self, conf: dict[str, Any], topic: str, tail: int | None) -> None:
+        self.conf, self.topic, self.tail = conf, topic, tail
+        self.consumer: Consumer | None = None
+        self.pos: dict[int, int] = {}
+        self.complete = True   # the tail reached the beginning of every partition
+
+    def _open(self) -> bool:
+        n = partitions_of(self.conf, self.topic)
+        if n is None:
+            return False
+        c = Consumer({**reader_conf(self.conf), "fetch.wait.max.ms": 20})
+        assign = []
+        for p in range(n):
+            # ListOffsets(LATEST) is at or below the real end on every broker (the test
+            # broker answers the last batch's base + 1): a start from it reads at least
+            # ``tail`` records.
+            low, high = c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10,
+                                                cached=False)
+            start = max(low, high - self.tail) if self.tail is not None else low
+            self.complete = self.complete and start <= low
+            self.pos[p] = start
+            assign.append(TopicPartition(self.topic, p, start))
+        c.assign(assign)
+        self.consumer = c
+        return True
+
+    def read_new(self, timeout: float = 30.0) -> list[Message]:
+        if self.consumer is None and not self._open():
+            return []
+        c = self.consumer
+        assert c is not None
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            msgs = c.consume(5000, 0.02)
+            for msg in msgs:
+                if msg.error() is None:
+                    self.pos[msg.partition()] = msg.offset() + 1
+                    out.append(msg)
+            if not msgs:
+                behind = False
+                for p, at in self.pos.items():
+                    _, high = c.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                      cached=True)
+                    behind = behind or high < 0 or at < high
+                if not behind:
+                    return out
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"could not read {self.topic} to its end within "
+                                        f"{timeout:.0f}s")
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+            self.consumer = None
+
+
+@dataclass
+class _RouteState:
+    plan: CutoverPlan | None = None
+    control_epoch: int | None = None
+    workers: dict[str, RouteStatus] = field(default_factory=dict)
+    rejections: list[PlanRejectedEvent] = field(default_factory=list)
+
+
+class StateReader:
+    """The routes' state from the status and control topics, kept open and read
+    incrementally (``cutover wait`` polls one of these).
+
+    Only a tail of each topic is read first: every status message carries the last good plan
+    and each worker publishes its partitions every ``status_interval_s``, so the newest
+    ``STATUS_TAIL`` records hold the current state. When they do not (a route with no status,
+    no plan, or a partition nobody reported in the tail), everything is read from the start.
+    """
+
+    def __init__(self, t: Target, route: str | None = None, *,
+                 status_tail: int | None = STATUS_TAIL,
+                 control_tail: int | None = CONTROL_TAIL) -> None:
+        self.t, self.route = t, route
+        self._tails = (status_tail, control_tail)
+        self._start(*self._tails)
+
+    def _start(self, status_tail: int | None, control_tail: int | None) -> None:
+        self.state: dict[str, _RouteState] = {}
+        self.status = _Follower(self.t.conf, self.t.status_topic, status_tail)
+        self.control = _Follower(self.t.conf, self.t.control_topic, control_tail)
+        self.full = status_tail is None and control_tail is None
+
+    def close(self) -> None:
+        self.status.close()
+        self.control.close()
+
+    def __enter__(self) -> StateReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _routes(self) -> set[str]:
+        return ({self.route} if self.route is not None
+                else set(self.t.routes) | set(self.state))
+
+    def _state(self, r: str) -> _RouteState:
+        return self.state.setdefault(r, _RouteState())
+
+    def refresh(self) -> dict[str, RouteView]:
+        try:
+            self._read()
+            if not self.full and not (self.status.complete and self.control.complete) \
+                    and self._lacking():
+                self.close()
+                self._start(None, None)
+                self._read()
+        except BrokerUnavailable as exc:
+            raise CliError(f"{exc}", 3) from None
+        return self.views()
+
+    def _lacking(self) -> bool:
+        for r in self._routes():
+            st = self.state.get(r)
+            if st is None or st.plan is None or not st.workers:
+                return True
+            n = self.t.routes.get(r) or max((w.num_partitions or 0
+                                             for w in st.workers.values()), default=0)
+            seen = {p for w in st.workers.values() for p in w.partitions}
+            if any(p not in seen for p in range(n)):
+                return True
+        return False
+
+    def _read(self) -> None:
+        route = self.route
+        for msg in self.status.read_new():
+            if msg.value() is None:
+                continue
+            try:
+                st = parse_status(msg.value())
+            except (ValidationError, ValueError):
+                continue
+            if route is not None and st.route != route:
+                continue
+            rs = self._state(st.route)
+            if st.plan is not None and (rs.plan is None or st.plan.epoch > rs.plan.epoch):
+                rs.plan = st.plan
+            if isinstance(st, PlanRejectedEvent):
+                rs.rejections.append(st)
+                continue
+            rs.workers[st.worker] = st
+        key = plan_key_from_env()
+        for msg in self.control.read_new():
+            try:
+                r = (msg.key() or b"").decode()
+            except UnicodeDecodeError:
+                continue
+            if not r or (route is not None and r != route):
+                continue
+            try:
+                data = json.loads(msg.value() or b"null")
+                if isinstance(data, dict) and isinstance(data.get("epoch"), int):
+                    rs = self._state(r)
+                    rs.control_epoch = max(rs.control_epoch or 0, data["epoch"])
+                plan = parse_plan(msg.value(), route=r, key=key)
+            except (PlanRejected, ValueError, UnicodeDecodeError):
+                continue
+            rs = self._state(r)
+            if rs.plan is None or plan.epoch > rs.plan.epoch:
+                rs.plan = plan
+
+    def views(self) -> dict[str, RouteView]:
+        """Merge: per partition the newest status of any worker that lists it."""
+        views: dict[str, RouteView] = {}
+        for r in self._routes():
+            st = self.state.get(r, _RouteState())
+            v = RouteView(r, plan=st.plan, control_epoch=st.control_epoch,
+                          num_partitions=self.t.routes.get(r), workers=dict(st.workers),
+                          rejections=list(st.rejections))
+            views[r] = v
+            for w in v.workers.values():
+                if w.num_partitions and not v.num_partitions:
+                    v.num_partitions = w.num_partitions
+                for p, ps in w.partitions.items():
+                    held = v.partitions.get(p)
+                    if held is None or w.updated_at >= held[3]:
+                        epoch = ps.epoch if ps.epoch is not None else w.epoch
+                        v.partitions[p] = (ps, epoch, w.worker, w.updated_at)
+            for w in {w for _, _, w, _ in v.partitions.values()}:
+                v.counters = v.counters.add(v.workers[w].counters)
+        return views
+
+
 def read_views(t: Target, route: str | None = None) -> dict[str, RouteView]:
-    views: dict[str, RouteView] = {}
-
-    def view(r: str) -> RouteView:
-        if r not in views:
-            views[r] = RouteView(r, num_partitions=t.routes.get(r))
-        return views[r]
-
-    if route is not None:
-        view(route)
-    for r in t.routes:
-        view(r)
-    try:
-        if partitions_of(t.conf, t.status_topic) is not None:
-            for msg in read_to_end(t.conf, t.status_topic):
-                if msg.value() is None:
-                    continue
-                try:
-                    st = parse_status(msg.value())
-                except (ValidationError, ValueError):
-                    continue
-                if route is not None and st.route != route:
-                    continue
-                v = view(st.route)
-                if st.plan is not None and (v.plan is None or st.plan.epoch > v.plan.epoch):
-                    v.plan = st.plan
-                if isinstance(st, PlanRejectedEvent):
-                    v.rejections.append(st)
-                    continue
-                v.workers[st.worker] = st
-        if partitions_of(t.conf, t.control_topic) is not None:
-            key = plan_key_from_env()
-            for msg in read_to_end(t.conf, t.control_topic):
-                try:
-                    r = (msg.key() or b"").decode()
-                except UnicodeDecodeError:
-                    continue
-                if r not in views and (route is not None or not r):
-                    continue
-                try:
-                    data = json.loads(msg.value() or b"null")
-                    if isinstance(data, dict) and isinstance(data.get("epoch"), int):
-                        v = view(r)
-                        v.control_epoch = max(v.control_epoch or 0, data["epoch"])
-                    plan = parse_plan(msg.value(), route=r, key=key)
-                except (PlanRejected, ValueError, UnicodeDecodeError):
-                    continue
-                v = view(r)
-                if v.plan is None or plan.epoch > v.plan.epoch:
-                    v.plan = plan
-    except BrokerUnavailable as exc:
-        raise CliError(f"{exc}", 3) from None
-    for v in views.values():
-        for st in v.workers.values():
-            if st.num_partitions and not v.num_partitions:
-                v.num_partitions = st.num_partitions
-            for p, ps in st.partitions.items():
-                held = v.partitions.get(p)
-                if held is None or st.updated_at >= held[3]:
-                    epoch = ps.epoch if ps.epoch is not None else st.epoch
-                    v.partitions[p] = (ps, epoch, st.worker, st.updated_at)
-        live = {w for _, _, w, _ in v.partitions.values()}
-        for w in live:
-            v.counters = v.counters.add(v.workers[w].counters)
-    return views
+    """The routes' merged state now (reads the topics' tails; see :class:`StateReader`)."""
+    with StateReader(t, route) as reader:
+        return reader.refresh()
 
 
 # -- switch -------------------------------------------------------------------------------------
@@ -227,11 +371,7 @@ def _cmd_switch(args: argparse.Namespace) -> int:
     v = read_views(t, args.route)[args.route]
     margin = parse_duration_ms(args.margin)
     now = utcnow()
-    deadline = None
-    if args.deadline:
-        deadline = (now + timedelta(milliseconds=parse_duration_ms(args.deadline[1:]))
-                    if args.deadline.startswith("+")
-                    else datetime.fromtimestamp(parse_instant_ms(args.deadline) / 1000, UTC))
+    deadline = parse_deadline(args.deadline, now) if args.deadline else None
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     if v.plan is None:
         epoch = (v.control_epoch or 0) + 1
@@ -387,9 +527,15 @@ def _cmd_wait(args: argparse.Namespace) -> int:
     want = TransitionState.CLEAR_TO_TEARDOWN
     timeout = parse_duration_ms(args.timeout) / 1000
     deadline = time.monotonic() + timeout
-    last: Transition | None = None
+    with StateReader(t, args.route) as reader:
+        return _wait_loop(args, reader, want, deadline)
+
+
+def _wait_loop(args: argparse.Namespace, reader: StateReader, want: TransitionState,
+               deadline: float) -> int:
+    """Poll one open reader: each round reads only what the workers published since."""
     while True:
-        v = read_views(t, args.route)[args.route]
+        v = reader.refresh()[args.route]
         last = v.transition()
         if last.state is want:
             print(f"route {args.route}: CLEAR_TO_TEARDOWN — {last.from_!r} may be torn down "
@@ -470,8 +616,8 @@ def register_operator_commands(sub: Any) -> None:
     p.add_argument("--at", default="auto",
                    help="boundary event time: epoch ms, ISO-8601, +duration past the newest "
                         "horizon, or auto")
-    p.add_argument("--deadline", help="when the transition counts as stalled: ISO-8601 or "
-                                      "+duration from now")
+    p.add_argument("--deadline", help="when the transition counts as stalled: a duration "
+                                      "from now (15m, +2h) or an ISO-8601 time")
     p.add_argument("--margin", default="10s",
                    help="how far ahead of every partition's horizon the boundary must be")
     p.add_argument("--max-lag", default="60s",

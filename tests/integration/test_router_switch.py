@@ -150,7 +150,9 @@ def test_idle_partitions_clear_through_heartbeats(bootstrap: str, tmp_path: Path
         data = [e for e in events(0, 800) if e.i % 4 in (0, 1)]  # partitions 2, 3 stay idle
         blue.emit(data[:200])
         green.emit(data[:200])
-        env.wait_for("every partition reported", lambda: len(env.view().partitions) == 4)
+        env.wait_for("both versions' watermarks on every partition", lambda: [
+            sorted(ps.watermarks) for ps, *_r in env.view().partitions.values()
+            ] == [["blue", "green"]] * 4)
         assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "auto",
                        "--margin", "1s") == 0
         boundary = _boundary(env)

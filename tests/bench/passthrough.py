@@ -1,0 +1,56 @@
+"""A confluent-kafka pass-through loop (raw -> out, same key, value, headers and partition),
+batched like the router's data path: consume up to 20,000 records or 50 ms, produce, flush,
+commit. The baseline the router is measured against.
+
+Usage: python passthrough.py BOOTSTRAP RAW OUT   (prints "ready", runs until SIGTERM)
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+from confluent_kafka import Consumer, Producer
+
+BATCH = 20_000
+POLL_S = 0.05
+
+
+def run(bootstrap: str, raw: str, out: str, stop: threading.Event) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"passthrough-{raw}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "queued.max.messages.kbytes": 262144,
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000,
+                         "acks": "all"})
+    ready = threading.Event()
+    consumer.subscribe([raw], on_assign=lambda _c, _p: ready.set())
+    announced = False
+    while not stop.is_set():
+        msgs = consumer.consume(BATCH, POLL_S)
+        if ready.is_set() and not announced:
+            print("ready", flush=True)
+            announced = True
+        for m in msgs:
+            if m.error():
+                continue
+            while True:
+                try:
+                    producer.produce(out, m.value(), m.key(), partition=m.partition(),
+                                     headers=m.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        if msgs:
+            producer.flush(60)
+            consumer.commit(asynchronous=True)
+    consumer.close()
+    producer.flush(10)
+
+
+if __name__ == "__main__":
+    stop_event = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
+    run(sys.argv[1], sys.argv[2], sys.argv[3], stop_event)

@@ -1,0 +1,121 @@
+"""Child processes and router settings shared by the end-to-end benchmarks: a router worker,
+a pass-through loop and Spark jobs all run as separate processes, as they do in production."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+VENV_BIN = Path(sys.executable).parent
+HERE = Path(__file__).resolve().parent
+
+
+def cutover_exe() -> str:
+    return str(VENV_BIN / "cutover")
+
+
+class Child:
+    """A child process in its own process group (so a kill takes its children with it)."""
+
+    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> None:
+        self.log = log
+        child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        child_env.pop("CUTOVER_PLAN_KEY", None)
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=child_env, cwd=cwd,
+                                         start_new_session=True)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_for_line(self, needle: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return
+            if not self.alive():
+                raise AssertionError(f"{self.proc.args[:3]} exited {self.proc.returncode}:\n"
+                                     f"{self.tail()}")
+            time.sleep(0.1)
+        raise AssertionError(f"no {needle!r} within {timeout:.0f}s:\n{self.tail()}")
+
+    def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM to the group, SIGKILL after ``grace`` seconds."""
+        if not self.alive():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def router_settings(path: Path, bootstrap: str, *, route: str, inputs: list[str], output: str,
+                    control: str, status: str, state_dir: Path, group: str,
+                    **route_extra: Any) -> Path:
+    """Write a router settings file: one route, short group sessions, status every 0.5 s."""
+    path.write_text(yaml.safe_dump({
+        "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
+        "group_id": group, "state_dir": str(state_dir), "http_port": None,
+        "status_interval_s": 0.5,
+        "kafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+        "routes": [{"name": route, "inputs": inputs, "output": output,
+                    "dead_letter": f"{output}.dlq", **route_extra}],
+    }))
+    return path
+
+
+def start_router(config: Path, log: Path) -> Child:
+    """``cutover router --config FILE``; returns once it owns its partitions."""
+    child = Child([cutover_exe(), "router", "--config", str(config), "--loglevel", "info"], log)
+    child.wait_for_line("took over partitions", 90)
+    return child
+
+
+def start_passthrough(bootstrap: str, raw: str, out: str, log: Path) -> Child:
+    """The confluent-kafka pass-through loop (tests/bench/passthrough.py); returns once ready."""
+    child = Child([sys.executable, str(HERE / "passthrough.py"), bootstrap, raw, out], log)
+    child.wait_for_line("ready", 60)
+    return child
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted sequence."""
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[k]
+
+
+def largest_gap(stamps: Sequence[float], start: float, end: float) -> tuple[float, float]:
+    """Largest gap between consecutive stamps (sorted) whose later one is in [start, end],
+    and where it began."""
+    best, at = 0.0, start
+    for a, b in itertools.pairwise(stamps):
+        if start <= b <= end and b - a > best:
+            best, at = b - a, a
+    return best, at

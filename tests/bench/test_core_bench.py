@@ -13,6 +13,7 @@ from cutover.plan import CutoverPlan
 from router.decision import Incoming, Outcome, PartitionRouter
 from router.dedup_store import DedupStore
 from router.identity import identity_function
+from tests.bench.report import load_line, record
 
 N = 1_000_000
 FLUSH_EVERY = 10_000  # the router flushes the store once per produce batch
@@ -62,5 +63,8 @@ def test_core_decisions_per_second(tmp_path: Path) -> None:
     print(f"\ncore decisions/s (rule + identity + RocksDB store): {N / t_core:,.0f}"
           f"\nwith bg.* header parsing:                          {N / t_full:,.0f}"
           f"\nheader parsing share of the per-record cost:        {1 - t_core / t_full:.0%}"
-          f"\noutcomes: {', '.join(f'{o.value}={n:,}' for o, n in counts.items())}")
+          f"\noutcomes: {', '.join(f'{o.value}={n:,}' for o, n in counts.items())}"
+          f"\n{load_line()}")
+    record("core_decisions", {"records": N, "decisions_per_s": round(N / t_core),
+                              "with_header_parsing_per_s": round(N / t_full)})
     assert sum(counts.values()) >= N  # every record got a decision (held ones on release)

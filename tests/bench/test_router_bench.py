@@ -19,6 +19,7 @@ from cutover.headers import TaggedRecord
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
 from router.datapath import DataPath
+from tests.bench.report import load_line, record
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]
 
@@ -143,5 +144,10 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
           f"= {router / pt:.0%} of pass-through", flush=True)
     agent = _faust_agent(bootstrap, raw, out_f, 20_000)
     print(f"bare Faust pass-through agent: {agent:,.0f} records/s = {agent / pt:.1%} of "
-          "pass-through")
+          f"pass-through; {load_line()}")
+    record("router_throughput", {"records": total, "partitions": PARTITIONS,
+                                 "passthrough_per_s": round(pt), "router_per_s": round(router),
+                                 "faust_agent_per_s": round(agent),
+                                 "router_ratio": round(router / pt, 3),
+                                 "faust_agent_ratio": round(agent / pt, 4)})
     assert router > 0 and pt > 0

@@ -19,6 +19,7 @@ from tests.conformance.runner import CellResult
 from tests.conformance.scenario import DIMENSIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
+SPARK_MARK = "<!-- real-spark-cells: written by tests/conformance/test_spark_slice.py -->"
 
 COLUMNS = ("#", "sources", "divergence", "idle", "failure", "identity", "handover", "expected",
            "forwarded", "lost", "dup", "wrong version", "order viol.", "dead-lettered",
@@ -103,15 +104,86 @@ def write(results: list[CellResult], bootstrap: str, seed: int, elapsed_s: float
         "| " + " | ".join("---" for _ in COLUMNS) + " |",
     ]
     for i, r in enumerate(results, 1):
-        c = r.cell
-        mark = "pass" if r.passed else "**FAIL**: " + "; ".join(r.reasons).replace("|", "/")
-        if r.notes:
-            mark += " (" + "; ".join(r.notes) + ")"
-        lines.append("| " + " | ".join(str(x) for x in (
-            f"{i}{' (CI)' if c.id in ci_ids else ''}", c.sources, c.divergence, c.idle,
-            c.failure.value, c.identity, c.handover, r.expected, r.forwarded, r.lost,
-            r.duplicated, r.wrong_version, r.order_violations, r.dead_lettered, _pins(r),
-            "-" if r.clear_s is None else r.clear_s, r.duration_s, mark)) + " |")
+        lines.append(_row(f"{i}{' (CI)' if r.cell.id in ci_ids else ''}", r))
     lines.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
+    spark = _spark_section(path)
+    path.write_text("\n".join(lines) + ("\n" + spark if spark else ""))
+
+
+def _row(label: str, r: CellResult) -> str:
+    c = r.cell
+    mark = "pass" if r.passed else "**FAIL**: " + "; ".join(r.reasons).replace("|", "/")
+    if r.notes:
+        mark += " (" + "; ".join(r.notes) + ")"
+    return "| " + " | ".join(str(x).replace("\n", " ") for x in (
+        label, c.sources, c.divergence, c.idle, c.failure.value, c.identity, c.handover,
+        r.expected, r.forwarded, r.lost, r.duplicated, r.wrong_version, r.order_violations,
+        r.dead_lettered, _pins(r), "-" if r.clear_s is None else r.clear_s, r.duration_s,
+        mark)) + " |"
+
+
+def _spark_section(path: Path) -> str:
+    """The real-Spark section of the document as it stands (kept when the grid is rewritten)."""
+    text = path.read_text() if path.exists() else ""
+    at = text.find(SPARK_MARK)
+    return text[at:] if at >= 0 else ""
+
+
+def spark_key(r: CellResult) -> str:
+    """A real-Spark cell's name: its job and its grid dimensions."""
+    return f"{r.job}:{r.cell.id}"
+
+
+def write_spark(results: list[CellResult], elapsed_s: float, ci_ids: set[str],
+                path: Path = DOC) -> None:
+    """Replace the real-Spark section (written by tests/conformance/test_spark_slice.py)."""
+    from tests.conformance import spark_slice as ss
+
+    passed = sum(r.passed for r in results)
+    lines = [
+        SPARK_MARK,
+        "## Real Spark jobs",
+        "",
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- result: **{passed}/{len(results)} real-Spark cells pass**, in {elapsed_s:.0f} s",
+        "",
+        "A smaller slice with the real example jobs instead of emulated ones "
+        "(`tests/conformance/spark_slice.py`): blue and green of `examples/jobs/` run "
+        "unmodified under `cutover tag --version blue|green`, each a real PySpark local-mode "
+        "driver with its own checkpoint, writing to one shared raw topic of "
+        f"{ss.RAW_PARTITIONS} partitions ({ss.CUSTOMERS} customers leave one partition with "
+        "heartbeats only), routed by one `cutover router` worker. The input is a seeded "
+        f"order stream (`spark_tagger.testing.make_orders`, {ss.STEP_MS} ms apart, out of "
+        f"order by up to {ss.DISORDER_MS} ms): {ss.PRELOAD} orders before the jobs start, then "
+        f"flushed slices of {ss.SLICE} every {ss.SLICE_EVERY_S} s while they run. Once green has "
+        "caught up (both watermarks past the preloaded input, green's within "
+        f"{ss.CATCH_UP_MS // 1000} s of blue's, on every partition), `cutover switch --at "
+        "auto`; at CLEAR_TO_TEARDOWN (`cutover wait` must agree) blue is killed, green runs "
+        f"on alone for {ss.RUN_AFTER_TEARDOWN_S:.0f} s, then one order "
+        f"{ss.CLOSING_GAP_MS // 1000} s ahead closes the windows. The old-job failure kills "
+        "blue with kill -9 while the switch is pending (aimed between a batch's data and its "
+        "heartbeats) and restarts it on its checkpoint, so Spark replays the batch.",
+        "",
+        "The reference is computed in plain Python from the orders written, never from the "
+        "router or the jobs' output: for `windowed_totals` every 10 s window per customer "
+        "that the final watermark closed, its event time being the window's end (exclusive); "
+        "for `enrich_orders` every order of at least 5, at its own time; each with the value "
+        "blue's logic gives below the boundary of its partition as the status topic reports "
+        "it (pinned or not), green's at or above it. Values are compared as numbers (Spark "
+        "writes 12.50 where Python writes 12.5). The counts and pass rule are the grid's, "
+        "from the same verifier; the reference must give records to both versions. "
+        "*CI*: also run by the default test suite (`tests/spark/test_router_blue_green.py`).",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "| " + " | ".join("---" for _ in COLUMNS) + " |",
+    ]
+    for i, r in enumerate(results, 1):
+        ci = " (CI)" if spark_key(r) in ci_ids else ""
+        lines.append(_row(f"S{i}{ci}: real Spark `{r.job}`", r))
+    lines.append("")
+    text = path.read_text() if path.exists() else "# Conformance grid\n"
+    at = text.find(SPARK_MARK)
+    head = (text[:at] if at >= 0 else text).rstrip("\n") + "\n\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + "\n".join(lines))

@@ -4,8 +4,9 @@ The test broker does not keep consumer-commit metadata, so checkpoints go to a c
 of their own (the ``checkpoint_topic`` setting, default ``<group_id>.checkpoints``; key
 ``route/partition``). A batch's checkpoint is
 durable *before* any output of that batch is produced, so the newest checkpoint's state always
-covers every decision whose output may exist; with pinned boundaries, re-deciding records from
-the checkpoint's offsets with that state gives the same decisions (see router.datapath).
+covers every decision whose output may exist, and its resume offsets do not pass any record
+whose output is not yet delivered; with pinned boundaries, re-deciding records from the
+checkpoint's offsets with that state gives the same decisions (see router.datapath).
 """
 
 from __future__ import annotations

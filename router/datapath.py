@@ -11,7 +11,10 @@ Per batch, in this order (the durability argument of DESIGN.md rests on it):
 2. decide every record with its partition's :class:`PartitionRouter`; apply new plans to every
    owned partition;
 3. write each changed partition's :class:`Checkpoint` (resume offsets that never pass a held or
-   undecided record, the decision state, where to read the output back from) and wait for it;
+   undecided record, nor one whose output is queued in this batch; the decision state; where
+   to read the output back from) and wait for it. A crash after this point and before
+   delivery replays the batch's records from the checkpoint: the read-back finds what was
+   delivered (not forwarded again) and the rest is forwarded then;
 4. check that the partitions are still owned, produce outputs / dead letters / shadows, wait for
    delivery;
 5. flush the dedup stores (identities of delivered records + checkpoint seq), commit the resume
@@ -61,6 +64,9 @@ log = logging.getLogger("cutover.router")
 
 BATCH = 20_000
 POLL_S = 0.05
+# Test-only crash point: "after-checkpoint" exits right after a batch's checkpoint is durable
+# and before its output is produced (the window the resume-offset rule above exists for).
+FAILPOINT = os.environ.get("CUTOVER_FAILPOINT", "")
 
 
 class RouterConfigError(RuntimeError):
@@ -107,6 +113,10 @@ class Owned:
     # Records another writer put in the output whose raw offset this worker has not passed:
     # (raw topic, raw offset, output offset); they keep readback_from at or below them.
     ahead: list[tuple[str, int, int]] = field(default_factory=list)
+    # Lowest raw offset per input topic whose output (forward, dead letter, shadow) is queued
+    # in the current batch: the batch's checkpoint, durable before that output is delivered,
+    # must not resume past it, or a crash in between would lose the record.
+    undelivered: dict[str, int] = field(default_factory=dict)
 
 
 class DataPath:
@@ -228,7 +238,8 @@ class DataPath:
                 self.topic_route[t] = rt
         admin = AdminClient(client_conf(self.settings, "admin"))
         if self.ckpt_topic not in admin.list_topics(timeout=10).topics:
-            fut = admin.create_topics([NewTopic(self.ckpt_topic, 1, 1,
+            # Replication factor left to the broker's default (create it yourself for more).
+            fut = admin.create_topics([NewTopic(self.ckpt_topic, 1,
                                                 config={"cleanup.policy": "compact"})])
             try:
                 fut[self.ckpt_topic].result(15)
@@ -415,9 +426,13 @@ class DataPath:
                 continue
             rec = d.record
             ref: Ref = rec.ref
+            if outcome is Outcome.FORWARD and (ref.topic, ref.offset) in owned.skip:
+                continue  # already in the output log (read back at takeover)
+            if outcome is not Outcome.SUPPRESS or rs.shadow is not None:
+                low = owned.undelivered.get(ref.topic)
+                if low is None or ref.offset < low:
+                    owned.undelivered[ref.topic] = ref.offset
             if outcome is Outcome.FORWARD:
-                if (ref.topic, ref.offset) in owned.skip:
-                    continue  # already in the output log (read back at takeover)
                 hdrs = list(ref.headers or ())
                 hdrs.append((SRC, f"{ref.topic}:{p}:{ref.offset}".encode()))
                 self._outputs.append((rs.output, p, rec.key, rec.value, hdrs))
@@ -432,6 +447,9 @@ class DataPath:
 
     def _resume_offsets(self, owned: Owned) -> tuple[dict[str, int], int]:
         offsets = dict(owned.next_offsets)
+        for topic, low in owned.undelivered.items():
+            if low < offsets.get(topic, low + 1):
+                offsets[topic] = low
         readback = owned.out_pos
         for rec in owned.router.held:
             ref: Ref = rec.ref
@@ -465,6 +483,9 @@ class DataPath:
         self._check_ownership()
         if ckpts:
             write_checkpoints(self._producer, self.ckpt_topic, ckpts)
+            if FAILPOINT == "after-checkpoint" and self._outputs:
+                log.error("failpoint after-checkpoint: exiting before the batch's output")
+                os._exit(137)
         if self._outputs:
             self._check_ownership()  # again, as late as possible before writing
             self._fence_foreign_writes()
@@ -473,8 +494,11 @@ class DataPath:
         for owned in dirty:
             owned.store.put_meta("seq", str(owned.seq).encode())
             owned.store.flush()
-            owned.dirty = False
             owned.queued = 0
+            # Delivered now: the next checkpoint (written at the next step, even an idle one)
+            # may resume past these records.
+            owned.dirty = bool(owned.undelivered)
+            owned.undelivered.clear()
         if commits:
             try:
                 self._consumer.commit(offsets=commits, asynchronous=True)

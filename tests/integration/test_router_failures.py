@@ -108,3 +108,28 @@ def test_two_workers_rebalance_during_switch(bootstrap: str, tmp_path: Path) -> 
         a.stop()
         if b is not None:
             b.stop()
+
+
+def test_crash_between_checkpoint_and_output_loses_nothing(bootstrap: str,
+                                                           tmp_path: Path) -> None:
+    """A batch's checkpoint is durable before its output is produced: a worker that dies in
+    between must leave a checkpoint that replays the batch, not one that resumes past it."""
+    env = Env(bootstrap, tmp_path, partitions=2)
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    n = 4_000
+    Job(env, "blue").emit(events(0, n))
+    crashing = RouterProcess(env, name="a", extra_env={"CUTOVER_FAILPOINT": "after-checkpoint"})
+    try:
+        env.wait_for("the worker to die at the failpoint",
+                     lambda: crashing.proc.poll() is not None, 90, 0.2)
+        assert "failpoint after-checkpoint" in crashing.text(), crashing.text()[-3000:]
+        assert env.output_count() == 0, "the failpoint fired after output was produced"
+    finally:
+        crashing.stop()
+    router = RouterProcess(env, name="b")
+    try:
+        router.wait_started()
+        env.wait_output(n, timeout=120)
+        check_output(env, events(0, n), lambda p, t: "blue")
+    finally:
+        router.stop()

@@ -2,7 +2,8 @@
 batched like the router's data path: consume up to 20,000 records or 50 ms, produce, flush,
 commit. The baseline the router is measured against.
 
-Usage: python passthrough.py BOOTSTRAP RAW OUT   (prints "ready", runs until SIGTERM)
+Usage: python passthrough.py BOOTSTRAP RAW OUT [FETCH_WAIT_MS]
+(prints "ready", runs until SIGTERM; FETCH_WAIT_MS sets the consumer's fetch.wait.max.ms)
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ BATCH = 20_000
 POLL_S = 0.05
 
 
-def run(bootstrap: str, raw: str, out: str, stop: threading.Event) -> None:
+def run(bootstrap: str, raw: str, out: str, stop: threading.Event,
+        fetch_wait_ms: int | None = None) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"passthrough-{raw}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "queued.max.messages.kbytes": 262144,
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                         **({"fetch.wait.max.ms": fetch_wait_ms} if fetch_wait_ms else {})})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                          "batch.num.messages": 10000, "queue.buffering.max.messages": 1_000_000,
                          "acks": "all"})
@@ -53,4 +56,5 @@ def run(bootstrap: str, raw: str, out: str, stop: threading.Event) -> None:
 if __name__ == "__main__":
     stop_event = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_event.set())
-    run(sys.argv[1], sys.argv[2], sys.argv[3], stop_event)
+    run(sys.argv[1], sys.argv[2], sys.argv[3], stop_event,
+        int(sys.argv[4]) if len(sys.argv) > 4 else None)

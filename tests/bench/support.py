@@ -76,13 +76,13 @@ class Child:
 
 def router_settings(path: Path, bootstrap: str, *, route: str, inputs: list[str], output: str,
                     control: str, status: str, state_dir: Path, group: str,
-                    **route_extra: Any) -> Path:
+                    kafka: dict[str, Any] | None = None, **route_extra: Any) -> Path:
     """Write a router settings file: one route, short group sessions, status every 0.5 s."""
     path.write_text(yaml.safe_dump({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
         "group_id": group, "state_dir": str(state_dir), "http_port": None,
         "status_interval_s": 0.5,
-        "kafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+        "kafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **(kafka or {})},
         "routes": [{"name": route, "inputs": inputs, "output": output,
                     "dead_letter": f"{output}.dlq", **route_extra}],
     }))
@@ -96,9 +96,12 @@ def start_router(config: Path, log: Path) -> Child:
     return child
 
 
-def start_passthrough(bootstrap: str, raw: str, out: str, log: Path) -> Child:
+def start_passthrough(bootstrap: str, raw: str, out: str, log: Path,
+                      fetch_wait_ms: int | None = None) -> Child:
     """The confluent-kafka pass-through loop (tests/bench/passthrough.py); returns once ready."""
-    child = Child([sys.executable, str(HERE / "passthrough.py"), bootstrap, raw, out], log)
+    extra = [str(fetch_wait_ms)] if fetch_wait_ms else []
+    child = Child([sys.executable, str(HERE / "passthrough.py"), bootstrap, raw, out, *extra],
+                  log)
     child.wait_for_line("ready", 60)
     return child
 

@@ -202,8 +202,8 @@ def test_cutover_gap_vs_redeploy_gap(bootstrap: str, tmp_path: Path) -> None:
         time.sleep(RUN_ON_S)
         t_b_end = time.monotonic()
         # -- A: redeploy (stop, start again on the same checkpoint) --------------------------
+        t_stop = time.monotonic()  # SIGTERM
         green.stop()
-        t_stop = time.monotonic()
         green2 = job("green", "enrich_orders_green.py", "green-restarted.log")
         children.append(green2)
         _wait("the restarted job's output", lambda: seen.count_after(raw, "green", t_stop) > 0,

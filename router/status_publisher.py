@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cutover.plan import PlanRejected, utcnow
@@ -126,26 +127,23 @@ class StatusBoard:
 
         with self._lock:
             statuses = list(self.latest.values())
-        metric("forwarded_total", "counter", "records forwarded to the output topic")
-        for s in statuses:
-            lines.append(f'cutover_forwarded_total{{route="{s.route}"}} {s.counters.forwarded}')
+        per_route: list[tuple[str, str, str, Callable[[RouteStatus], int]]] = [
+            ("forwarded_total", "counter", "records forwarded to the output topic",
+             lambda s: s.counters.forwarded),
+            ("duplicates_total", "counter", "duplicate records removed",
+             lambda s: s.counters.duplicates),
+            ("dead_lettered_total", "counter", "records sent to the dead-letter topic",
+             lambda s: s.counters.dead_lettered),
+            ("held", "gauge", "records held for ordered handover", lambda s: s.counters.held),
+            ("plan_epoch", "gauge", "epoch of the plan in force", lambda s: s.epoch or 0),
+        ]
+        for name, kind, help_, value in per_route:
+            metric(name, kind, help_)
+            lines.extend(f'cutover_{name}{{route="{s.route}"}} {value(s)}' for s in statuses)
         metric("suppressed_total", "counter", "records suppressed (not primary), per version")
         for s in statuses:
             for v, n in sorted(s.counters.suppressed.items()):
                 lines.append(f'cutover_suppressed_total{{route="{s.route}",version="{v}"}} {n}')
-        metric("duplicates_total", "counter", "duplicate records removed")
-        for s in statuses:
-            lines.append(f'cutover_duplicates_total{{route="{s.route}"}} {s.counters.duplicates}')
-        metric("dead_lettered_total", "counter", "records sent to the dead-letter topic")
-        for s in statuses:
-            lines.append(f'cutover_dead_lettered_total{{route="{s.route}"}} '
-                         f"{s.counters.dead_lettered}")
-        metric("held", "gauge", "records held for ordered handover")
-        for s in statuses:
-            lines.append(f'cutover_held{{route="{s.route}"}} {s.counters.held}')
-        metric("plan_epoch", "gauge", "epoch of the plan in force")
-        for s in statuses:
-            lines.append(f'cutover_plan_epoch{{route="{s.route}"}} {s.epoch or 0}')
         metric("transition_state", "gauge", "1 for the current transition state")
         for s in statuses:
             lines.append(f'cutover_transition_state{{route="{s.route}",'

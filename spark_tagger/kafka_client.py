@@ -10,8 +10,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -21,6 +21,8 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+
+T = TypeVar("T")
 
 _lock = threading.Lock()
 _consumers: dict[str, Consumer] = {}
@@ -39,32 +41,28 @@ def _client_error(exc: Exception, config: Mapping[str, Any]) -> Exception:
     return exc
 
 
-def cached_consumer(config: Mapping[str, Any]) -> Consumer:
-    """A consumer for this configuration, reused by later tasks in the same worker."""
+def _cached(cache: dict[Any, Any], make: Callable[[dict[str, Any]], T],
+            config: Mapping[str, Any]) -> T:
     key = _key(config)
     with _lock:
-        consumer = _consumers.get(key)
-        if consumer is None:
+        client = cache.get(key)
+        if client is None:
             try:
-                consumer = Consumer(dict(config))
+                client = make(dict(config))
             except (KafkaException, ValueError, TypeError) as exc:
                 raise _client_error(exc, config) from exc
-            _consumers[key] = consumer
-        return consumer
+            cache[key] = client
+        return client
+
+
+def cached_consumer(config: Mapping[str, Any]) -> Consumer:
+    """A consumer for this configuration, reused by later tasks in the same worker."""
+    return _cached(_consumers, Consumer, config)
 
 
 def cached_producer(config: Mapping[str, Any]) -> Producer:
     """A producer for this configuration, reused by later tasks in the same worker."""
-    key = _key(config)
-    with _lock:
-        producer = _producers.get(key)
-        if producer is None:
-            try:
-                producer = Producer(dict(config))
-            except (KafkaException, ValueError, TypeError) as exc:
-                raise _client_error(exc, config) from exc
-            _producers[key] = producer
-        return producer
+    return _cached(_producers, Producer, config)
 
 
 def drop_producer(config: Mapping[str, Any]) -> None:

@@ -20,6 +20,7 @@ from router.identity import identity_function
 from spark_tagger.testing import Order
 from tests.conformance import report
 from tests.conformance.runner import NEW, OLD, CellResult
+from tests.conformance.scenario import Failure, Scenario
 from tests.conformance.spark_slice import (
     SPARK_CELLS,
     WINDOW_MS,
@@ -75,6 +76,25 @@ def test_enrich_reference_skips_small_orders_and_formats_like_spark() -> None:
     assert enrich_value(OLD, orders[0])["amount_eur"] == Decimal("110.40")
 
 
+def test_grid_and_spark_sections_of_the_document_keep_each_other(tmp_path: Path) -> None:
+    """``make conformance`` writes the emulated grid, then the real-Spark section: each writer
+    replaces only its own part of docs/conformance.md."""
+    doc = tmp_path / "conformance.md"
+    spark = CellResult(cell=SPARK_CELLS[0].scenario(), job="windowed_totals", expected=7,
+                       forwarded=7, clear_s=1.0)
+    grid = CellResult(cell=Scenario(sources=1, divergence="none", idle="none",
+                                    failure=Failure.NONE, identity="record",
+                                    handover="ordered"), expected=5, forwarded=5, clear_s=1.0)
+    report.write_spark([spark], 1.0, {report.spark_key(spark)}, path=doc)
+    report.write([grid], "127.0.0.1:1", 1, 1.0, set(), path=doc)
+    report.write_spark([spark, spark], 2.0, set(), path=doc)
+    text = doc.read_text()
+    assert text.count(report.SPARK_MARK) == 1 and text.count("## Cells") == 1
+    assert "**1/1 cells pass**" in text and "**2/2 real-Spark cells pass**" in text
+    assert text.index("## Cells") < text.index(report.SPARK_MARK)
+    assert "| S2: real Spark `windowed_totals` |" in text and "S1 (CI)" not in text
+
+
 class _SetStore(set):  # type: ignore[type-arg]
     """The decision core's dedup store as a set (the rule needs only ``in`` and ``add``)."""
 
@@ -87,12 +107,8 @@ def _plan(epoch: int, *segments: tuple[int | None, str]) -> CutoverPlan:
         {"from_event_time": t, "primary": v} for t, v in segments]})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "router/decision.py PartitionRouter.observe advances a version's watermark from data "
-    "records; a windowed batch's records lie below the watermark they carry, so only the "
-    "batch's heartbeat may release held records (real-Spark cell S3 in docs/conformance.md)"))
 def test_ordered_handover_with_a_windowed_batch_below_its_own_watermark() -> None:
-    """What real-Spark cell S3 showed, on the decision core: a windowed job's micro-batch with
+    """What real-Spark cell S3 caught, on the decision core: a windowed job's micro-batch with
     watermark W emits the windows that W closes, so every record of that batch carries W and
     lies below it. Green's held records may go out only after the whole batch (its heartbeat),
     not at its first record, or blue's later records below the boundary come after them."""

@@ -219,13 +219,20 @@ class PartitionRouter:
     # -- records ----------------------------------------------------------------------------
 
     def observe(self, rec: Incoming) -> list[Decision]:
-        """Decide one record; a watermark it carries may also release held records."""
+        """Decide one record; a heartbeat's watermark may also release held records.
+
+        Only heartbeats move a version's watermark. A data record carries its micro-batch's
+        watermark W, but the batch is the one that emits the windows closing below W, so more
+        records below W may follow it; the heartbeats written after the batch's data are the
+        first point at which nothing more below W can come from that version.
+        """
         if rec.error is not None:
             self.counters.dead_lettered += 1
             return [Decision(Outcome.DEAD_LETTER, rec, rec.error)]
         released = False
         wm = rec.watermark
-        if wm is not None and wm > self.watermarks.get(rec.version, NO_WATERMARK):
+        if (rec.heartbeat and wm is not None
+                and wm > self.watermarks.get(rec.version, NO_WATERMARK)):
             self.watermarks[rec.version] = wm
             released = self._advance_closed()
         if rec.heartbeat:

@@ -9,6 +9,7 @@ message that lists it, and recomputes readiness over all partitions with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import re
@@ -20,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
 from cutover.cli import CliError
@@ -200,6 +201,7 @@ class _Follower:
         assert c is not None
         out: list[Message] = []
         deadline = time.monotonic() + timeout
+        asked = False
         while True:
             msgs = c.consume(5000, 0.02)
             for msg in msgs:
@@ -207,11 +209,17 @@ class _Follower:
                     self.pos[msg.partition()] = msg.offset() + 1
                     out.append(msg)
             if not msgs:
+                # The cached high watermark is the last fetch's: ask the broker once per call,
+                # so that a record written before this call is always read by it.
                 behind = False
                 for p, at in self.pos.items():
-                    _, high = c.get_watermark_offsets(TopicPartition(self.topic, p),
-                                                      cached=True)
+                    tp = TopicPartition(self.topic, p)
+                    _, high = c.get_watermark_offsets(tp, cached=True)
+                    if not asked:
+                        with contextlib.suppress(KafkaException):
+                            high = max(high, c.get_watermark_offsets(tp, timeout=5)[1])
                     behind = behind or high < 0 or at < high
+                asked = True
                 if not behind:
                     return out
             if time.monotonic() > deadline:

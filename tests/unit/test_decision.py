@@ -65,9 +65,13 @@ def test_ordered_handover_holds_new_until_old_passes_boundary() -> None:
     assert outcomes(r.observe(rec("green", 120, wm=110))) == [("hold", "green", 120)]
     assert outcomes(r.observe(rec("green", 101, wm=110))) == [("hold", "green", 101)]
     assert outcomes(r.observe(rec("blue", 98, wm=90))) == [("forward", "blue", 98)]
-    # blue's watermark passes the boundary on a record: it is decided first, then the release
-    assert outcomes(r.observe(rec("blue", 99, wm=100))) == [
-        ("forward", "blue", 99), ("forward", "green", 120), ("forward", "green", 101)]
+    # a record of blue's batch whose watermark passes the boundary releases nothing: that
+    # batch is the one that emits blue's last windows below the boundary
+    assert outcomes(r.observe(rec("blue", 99, wm=100))) == [("forward", "blue", 99)]
+    assert outcomes(r.observe(rec("blue", 97, wm=100))) == [("forward", "blue", 97)]
+    # the batch's heartbeat does: nothing more below the boundary can come from blue
+    assert outcomes(r.observe(beat("blue", 100))) == [
+        ("forward", "green", 120), ("forward", "green", 101)]
     assert outcomes(r.observe(rec("green", 130))) == [("forward", "green", 130)]
 
 

@@ -1,9 +1,10 @@
 """Properties of the routing rule over generated streams.
 
-Each version emits the same logical input in micro-batches; every batch carries an honest
-watermark (no later record of that version is below it) and crashes replay whole batches, as
-Spark does. The two versions' deliveries are interleaved arbitrarily and plans arrive at
-arbitrary points.
+Each version emits the same logical input in micro-batches, as the tagger writes them: every
+record of batch j carries the batch's watermark W_j, which records of batch j itself may be
+below (append mode emits the windows that W_j closes), but no record of a later batch is; a
+heartbeat carrying W_j follows the batch's data. Crashes replay whole batches, as Spark does.
+The two versions' deliveries are interleaved arbitrarily and plans arrive at arbitrary points.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class Item:
 
 def version_delivery(items: list[tuple[int, int]], version: str, changed: list[bool],
                      rnd: random.Random) -> list[Incoming]:
-    """One version's at-least-once delivery: batches, honest watermarks, replays on crashes."""
+    """One version's at-least-once delivery: batches, their watermarks and heartbeats, replays
+    on crashes (a crash may come after a batch's data and before its heartbeat)."""
     recs = [Item(version, b"k%d" % k, t,
                  (f"{k}:{t}:" + ("new" if version == "green" and c else "same")).encode())
             for (k, t), c in zip(items, changed, strict=True)]
@@ -42,16 +44,23 @@ def version_delivery(items: list[tuple[int, int]], version: str, changed: list[b
     batches = [recs[a:b] for a, b in zip([0, *cuts], [*cuts, len(recs)], strict=True)]
     for b in batches:
         rnd.shuffle(b)  # order inside a micro-batch is free
-    wms = [min(i.t for b in batches[j:] for i in b) - 1 for j in range(len(batches))]
-    order: list[int] = []
+    # W_j: at or above batch j's own records (it closes them), below every later batch's
+    later = [min((i.t for b in batches[j + 1:] for i in b), default=FAR)
+             for j in range(len(batches))]
+    wms = [later[j] if later[j] != FAR else max(i.t for i in batches[j]) + 1
+           for j in range(len(batches))]
+    out: list[Incoming] = []
     done = 0
     while done < len(batches):  # crash after a random batch, restart from an earlier one
         crash = rnd.randint(done, len(batches) - 1)
         restart = rnd.randint(max(0, done - 2), done)
-        order.extend(range(restart, crash + 1))
+        for j in range(restart, crash + 1):
+            out.extend(Incoming(i.version, i.t, wms[j], i.key, i.value, ref=i)
+                       for i in batches[j])
+            if j < crash or rnd.random() < 0.5:  # the crash may lose the last heartbeat
+                out.append(Incoming(version, None, wms[j], heartbeat=True))
         done = crash + 1
-    return [Incoming(i.version, i.t, wms[j], i.key, i.value, ref=i)
-            for j in order for i in batches[j]]
+    return out
 
 
 @st.composite
@@ -110,7 +119,7 @@ def test_forwarded_set_is_the_reference_exactly_once(sc: dict) -> None:
 
     # The effective boundary, computed independently: the horizon when the switch arrived is
     # the largest event time delivered before it (every earlier record was decided by then).
-    before = [rec.event_time for rec in sc["merged"][: sc["p2"]]]
+    before = [rec.event_time for rec in sc["merged"][: sc["p2"]] if not rec.heartbeat]
     horizon = max(before) if before else None
     boundary = sc["boundary"] if horizon is None or sc["boundary"] > horizon else horizon + 1
     expected = Counter()

@@ -140,6 +140,7 @@ class DataPath:
         self._last_poll = time.monotonic()
         self._last_purge = time.monotonic()
         self._consumer: Consumer | None = None
+        self._probe: Consumer | None = None
         self._producer: Producer | None = None
         self._control: ControlReader | None = None
         self._max_poll_s = 300.0
@@ -168,6 +169,11 @@ class DataPath:
         for kind, payload in self._control.catch_up():
             self.board.control_event(kind, payload)
         self._consumer = self._make_consumer()
+        # Output ends are asked on a client of their own: on the data consumer the request
+        # queues behind its long-poll fetch (measured: ~1 s per batch with the default wait).
+        self._probe = Consumer(client_conf(self.settings, "probe",
+                                           **{"group.id": f"{self.settings.group_id}.probe",
+                                              "enable.auto.commit": False}))
         self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         self.ready.set()
@@ -193,6 +199,8 @@ class DataPath:
         return Consumer(conf)
 
     def _shutdown(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
         if self._consumer is not None:
             try:
                 self._consumer.close()  # revokes: nothing undelivered is pending here
@@ -562,13 +570,13 @@ class DataPath:
         outputs they already cover are dropped. One ListOffsets per output partition with
         queued records, per batch (~0.3 ms on loopback).
         """
-        assert self._consumer is not None
+        assert self._probe is not None
         for owned in self.owned.values():
             if not owned.queued:
                 continue
             tp = TopicPartition(owned.route.settings.output, owned.partition)
             try:
-                _, latest = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                _, latest = self._probe.get_watermark_offsets(tp, timeout=10, cached=False)
             except KafkaException as exc:
                 raise RuntimeError(f"cannot read the end of output {tp.topic}:{tp.partition} "
                                    f"({exc}); refusing to write it unchecked") from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover.headers import TaggedRecord, parse_headers
+from cutover.headers import RecordKind, TaggedRecord, heartbeat_headers, parse_headers
 from cutover.plan import CutoverPlan
 from router.decision import Incoming, Outcome, PartitionRouter
 from router.dedup_store import DedupStore
@@ -30,6 +30,9 @@ def synthetic(n: int) -> list[tuple[list, bytes, bytes]]:
                                batch=j // 1000).to_headers()
         value = b'{"n": %d, "v": "%s"}' % (j, version.encode())
         out.append((headers, b"key-%d" % (j % 5000), value))
+        if i % 1000 == 999:  # the end of a micro-batch: each version's heartbeat
+            for v in ("blue", "green"):
+                out.append((heartbeat_headers(v, t - 5_000, j // 1000), None, None))
     return out
 
 
@@ -45,7 +48,9 @@ def run(records, tmp: Path, *, parse: bool) -> tuple[float, dict[Outcome, int]]:
     start = time.perf_counter()
     for i, (h, k, v) in enumerate(records):
         env = parse_headers(h) if parse else pre[i][0]
-        for d in router.observe(Incoming(env.version, env.event_time, env.watermark, k, v)):
+        inc = Incoming(env.version, env.event_time, env.watermark, k, v,
+                       heartbeat=env.kind is RecordKind.HEARTBEAT)
+        for d in router.observe(inc):
             counts[d.outcome] += 1
         if i % FLUSH_EVERY == 0:
             store.flush()

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cutover.broker import create_topics
-from cutover.headers import TaggedRecord
+from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
 from router.datapath import DataPath
@@ -28,22 +28,38 @@ PARTITIONS = 4
 BASE_T = 1_767_225_600_000
 
 
+BATCH = 1000             # events per emulated micro-batch, each followed by heartbeats
+
+
 def _fill(bootstrap: str, topic: str) -> int:
+    """What the tagger writes: each version's micro-batches of data, each batch followed by a
+    heartbeat on every partition (the router's watermarks come from those)."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                   "queue.buffering.max.messages": 2_000_000, "batch.num.messages": 10000})
     n = 0
+
+    def send(value: bytes, key: bytes | None, partition: int, hdrs: list) -> None:
+        while True:
+            try:
+                p.produce(topic, value, key, partition=partition, headers=hdrs)
+                return
+            except BufferError:
+                p.poll(0.05)
+
     for i in range(EVENTS):
         t = BASE_T + i * 10
+        batch = i // BATCH
         for v in ("blue", "green"):
-            hdrs = TaggedRecord(version=v, event_time=t, watermark=t - 1000).to_headers()
+            hdrs = TaggedRecord(version=v, event_time=t, watermark=t - 1000,
+                                batch=batch).to_headers()
             value = b'{"order": %d, "amount": %d, "by": "%s"}' % (i, i % 997, v.encode())
-            while True:
-                try:
-                    p.produce(topic, value, b"k%d" % i, partition=i % PARTITIONS, headers=hdrs)
-                    break
-                except BufferError:
-                    p.poll(0.05)
+            send(value, b"k%d" % i, i % PARTITIONS, hdrs)
             n += 1
+            if (i + 1) % BATCH == 0:
+                beat = heartbeat_headers(v, t - 1000, batch)
+                for part in range(PARTITIONS):
+                    send(b"", None, part, beat)
+                    n += 1
     p.flush(60)
     return n
 
@@ -106,7 +122,7 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
             s += c.forwarded + c.duplicates + c.dead_lettered + sum(c.suppressed.values())
         return s
 
-    while done() < total:
+    while done() < 2 * EVENTS:  # every data record decided; heartbeats are not decisions
         time.sleep(0.01)
     rate = total / (time.monotonic() - t0)
     forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())

@@ -8,7 +8,7 @@ RocksDB keys each identity under its event time (``t`` + event time + identity),
 retention purge is one ``delete_range``; lookups go to an in-memory set of the identities
 within retention, loaded from RocksDB on open. Measured on the per-record path: one put per
 identity and a set lookup cost ~0.5 us, against ~4.5 us for an identity-keyed layout with a
-separate time index (two puts and a RocksDB read per record). The price is memory: ~70 bytes
+separate time index (two puts and a RocksDB read per record). The price is memory: ~105 bytes
 per identity within the retention window.
 
 Layout (raw byte keys):

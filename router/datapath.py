@@ -379,8 +379,8 @@ class DataPath:
         assert self._consumer is not None and self._control is not None
         msgs = self._consumer.consume(BATCH, POLL_S)
         self._last_poll = time.monotonic()
-        for msg in msgs:
-            self._handle(msg)
+        if msgs:
+            self._handle_all(msgs)
         for kind, payload in self._control.poll():
             self.board.control_event(kind, payload)
             if kind == "accepted":
@@ -388,30 +388,43 @@ class DataPath:
         self._complete_batch()
         self.board.tick()
 
-    def _handle(self, msg: Message) -> None:
+    def _handle_all(self, msgs: list[Message]) -> None:
+        """Decide a consumed batch. The per-record path is written for speed (locals, no
+        call for a plain suppression): it is most of the router's CPU time."""
+        by_tp, act, heartbeat = self._by_tp, self._act_owned, RecordKind.HEARTBEAT
+        suppress = Outcome.SUPPRESS
+        for msg in msgs:
+            if msg.error() is not None:
+                self._consumer_error(msg)
+                continue
+            topic, p, off = msg.topic(), msg.partition(), msg.offset()
+            owned = by_tp.get((topic, p))
+            if owned is None:
+                continue
+            owned.next_offsets[topic] = off + 1
+            owned.dirty = True
+            headers = msg.headers()
+            ref = Ref(topic, off, headers, owned.out_pos)
+            try:
+                tag = parse_headers(headers)
+            except HeaderError as exc:
+                inc = Incoming("?", None, key=msg.key(), value=msg.value(), error=str(exc),
+                               ref=ref)
+            else:
+                inc = Incoming(tag.version, tag.event_time, tag.watermark, msg.key(),
+                               msg.value(), tag.kind is heartbeat, None, ref)
+            decisions = owned.router.observe(inc)
+            if not decisions or (len(decisions) == 1 and decisions[0].outcome is suppress
+                                 and owned.route.settings.shadow is None):
+                continue
+            act(owned, decisions)
+
+    def _consumer_error(self, msg: Message) -> None:
         err = msg.error()
-        if err is not None:
-            if err.fatal():
-                raise KafkaException(err)
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer: %s", err.str())
-            return
-        topic, p, off = msg.topic(), msg.partition(), msg.offset()
-        owned = self._by_tp.get((topic, p))
-        if owned is None:
-            return
-        owned.next_offsets[topic] = off + 1
-        owned.dirty = True
-        headers = msg.headers()
-        ref = Ref(topic, off, headers, owned.out_pos)
-        try:
-            tag = parse_headers(headers)
-        except HeaderError as exc:
-            inc = Incoming("?", None, key=msg.key(), value=msg.value(), error=str(exc), ref=ref)
-        else:
-            inc = Incoming(tag.version, tag.event_time, tag.watermark, msg.key(), msg.value(),
-                           tag.kind is RecordKind.HEARTBEAT, None, ref)
-        self._act_owned(owned, owned.router.observe(inc))
+        if err.fatal():
+            raise KafkaException(err)
+        if err.code() != KafkaError._PARTITION_EOF:
+            log.warning("consumer: %s", err.str())
 
     def _apply_everywhere(self, plan: CutoverPlan) -> None:
         for owned in self.owned.values():

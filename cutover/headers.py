@@ -120,7 +120,36 @@ def _version(raw: bytes | None) -> str:
 
 
 def parse_headers(headers: Headers | None) -> Envelope:
-    """Read the envelope from a Kafka header list; raise :class:`HeaderError` on any problem."""
+    """Read the envelope from a Kafka header list; raise :class:`HeaderError` on any problem.
+
+    The common case (well-formed, no repeated header name) takes one dict build and a few
+    lookups; anything unusual goes through :func:`_parse_headers_checked`, which names the
+    problem. This is the router's hottest per-record function."""
+    if not headers:
+        return _parse_headers_checked(headers)
+    d = dict(headers)
+    if len(d) != len(headers):
+        return _parse_headers_checked(headers)
+    raw_t, raw_w, raw_b = d.get(EVENT_TIME, b""), d.get(WATERMARK, b""), d.get(BATCH, b"")
+    raw_k = d.get(KIND, b"data")
+    version = _known_versions.get(d.get(VERSION))  # type: ignore[arg-type]
+    # b"" stands for an absent header; a present one that is empty, null or not digits, an
+    # unknown kind or version, or a data record without event time: the checked path.
+    if (version is None or raw_t is None or raw_w is None or raw_b is None
+            or (raw_t and not raw_t.isdigit()) or (raw_w and not raw_w.isdigit())
+            or (raw_b and not raw_b.isdigit())
+            or (raw_k != b"data" and raw_k != b"heartbeat")
+            or (not raw_t and raw_k == b"data")
+            or (EVENT_TIME in d and not raw_t) or (WATERMARK in d and not raw_w)
+            or (BATCH in d and not raw_b)):
+        return _parse_headers_checked(headers)
+    return Envelope(version,
+                    RecordKind.HEARTBEAT if raw_k == b"heartbeat" else RecordKind.DATA,
+                    int(raw_t) if raw_t else None, int(raw_w) if raw_w else None,
+                    int(raw_b) if raw_b else None)
+
+
+def _parse_headers_checked(headers: Headers | None) -> Envelope:
     version = event_time = watermark = batch = None
     kind = RecordKind.DATA
     seen: set[str] = set()

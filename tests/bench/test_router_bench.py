@@ -28,6 +28,7 @@ PARTITIONS = 4
 BASE_T = 1_767_225_600_000
 
 
+ROUNDS = 3
 BATCH = 1000             # events per emulated micro-batch, each followed by heartbeats
 
 
@@ -99,7 +100,7 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
             state: Path) -> float:
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
-        "group_id": f"bench-{raw}", "state_dir": str(state), "http_port": None,
+        "group_id": f"bench-{out}", "state_dir": str(state), "http_port": None,
         "kafka": {"session.timeout.ms": 6000},
         "routes": [{"name": "bench", "inputs": [raw], "output": out}]})
     plan = CutoverPlan(route="bench", epoch=1, segments=(
@@ -147,17 +148,27 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
     raw, out_pt, out_r, out_f = "bench.raw", "bench.out-pt", "bench.out-router", "bench.out-f"
     tag = str(int(time.time()))
     raw, out_pt, out_r, out_f = (f"{t}-{tag}" for t in (raw, out_pt, out_r, out_f))
-    create_topics(bootstrap, {raw: PARTITIONS, out_pt: PARTITIONS, out_r: PARTITIONS,
-                              f"{out_r}.dlq": PARTITIONS, out_f: PARTITIONS,
+    create_topics(bootstrap, {raw: PARTITIONS, out_f: PARTITIONS,
                               f"ctl-{tag}": 1, f"st-{tag}": 1})
     total = _fill(bootstrap, raw)
-    pt = _passthrough(bootstrap, raw, out_pt, total)
-    router = _router(bootstrap, raw, out_r, f"ctl-{tag}", f"st-{tag}", total,
-                     tmp_path / "state")
-    shutil.rmtree(tmp_path / "state", ignore_errors=True)
-    print(f"\nconfluent pass-through loop: {pt:,.0f} records/s")
+    # Alternate rounds on the same data: one run varies by +-15% on a shared 2-core machine,
+    # so the figure is the median of the per-round ratios.
+    rounds: list[tuple[float, float]] = []
+    for r in range(ROUNDS):
+        o_pt, o_r = f"{out_pt}-{r}", f"{out_r}-{r}"
+        create_topics(bootstrap, {o_pt: PARTITIONS, o_r: PARTITIONS, f"{o_r}.dlq": PARTITIONS})
+        pt_r = _passthrough(bootstrap, raw, o_pt, total)
+        router_r = _router(bootstrap, raw, o_r, f"ctl-{tag}", f"st-{tag}", total,
+                           tmp_path / f"state-{r}")
+        shutil.rmtree(tmp_path / f"state-{r}", ignore_errors=True)
+        rounds.append((pt_r, router_r))
+        print(f"\nround {r + 1}: confluent pass-through loop {pt_r:,.0f} records/s, router "
+              f"{router_r:,.0f} records/s = {router_r / pt_r:.0%}", flush=True)
+    pt, router = sorted(rounds, key=lambda x: x[1] / x[0])[len(rounds) // 2]
+    print(f"\nconfluent pass-through loop: {pt:,.0f} records/s (median round)")
     print(f"router (route + dedup + checkpoint): {router:,.0f} records/s "
-          f"= {router / pt:.0%} of pass-through", flush=True)
+          f"= {router / pt:.0%} of pass-through (median of {ROUNDS} rounds: "
+          f"{', '.join(f'{b / a:.0%}' for a, b in rounds)})", flush=True)
     agent = _faust_agent(bootstrap, raw, out_f, 20_000)
     print(f"bare Faust pass-through agent: {agent:,.0f} records/s = {agent / pt:.1%} of "
           f"pass-through; {load_line()}")
@@ -165,5 +176,6 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                                  "passthrough_per_s": round(pt), "router_per_s": round(router),
                                  "faust_agent_per_s": round(agent),
                                  "router_ratio": round(router / pt, 3),
+                                 "router_ratio_rounds": [round(b / a, 3) for a, b in rounds],
                                  "faust_agent_ratio": round(agent / pt, 4)})
     assert router > 0 and pt > 0

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -77,3 +77,77 @@ def test_version_check_agrees_with_model(raw: bytes) -> None:
     except (ValidationError, UnicodeDecodeError):
         modelled = None
     assert parsed == modelled
+
+
+_NAMES = st.sampled_from(["bg.version", "bg.event_time", "bg.watermark", "bg.batch", "bg.kind",
+                          "app"])
+_VALUES = st.one_of(st.none(), st.sampled_from([b"", b"blue", b"green", b"data", b"heartbeat",
+                                                b"12", b"-5", b"+3", b" 7", b"1_0", b"x"]),
+                    st.binary(max_size=6))
+
+
+_EDGE = st.sampled_from([None, b"", b"-5", b"+3", b" 7", b"x", b"data", b"heartbeat", b"blue",
+                         b"0"])
+
+
+@st.composite
+def _near_valid(draw: st.DrawFn) -> list:
+    """A well-formed envelope with up to two headers replaced, dropped, added or repeated."""
+    base = [("bg.version", draw(st.sampled_from([b"blue", b"green"]))),
+            ("bg.event_time", b"1767225600000"), ("bg.watermark", b"1767225599000"),
+            ("bg.batch", b"7"), ("bg.kind", draw(st.sampled_from([b"data", b"heartbeat"]))),
+            ("app", b"x")]
+    base = draw(st.permutations(base))
+    for _ in range(draw(st.integers(0, 2))):
+        i = draw(st.integers(0, len(base) - 1))
+        action = draw(st.sampled_from(["value", "drop", "add", "repeat"]))
+        if action == "value":
+            base[i] = (base[i][0], draw(_EDGE))
+        elif action == "drop":
+            del base[i]
+            if not base:
+                break
+        elif action == "add":
+            base.insert(i, (draw(_NAMES), draw(_EDGE)))
+        else:
+            base.insert(i, base[i])
+    return base
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.lists(st.tuples(_NAMES, _VALUES), max_size=7), _near_valid()))
+def test_fast_path_and_checked_path_agree_on_any_header_list(headers) -> None:
+    """parse_headers takes a fast path for the common case; whatever the input, it must give
+    the same envelope or the same error as the checked parser."""
+    _same_outcome(headers)
+
+
+def _same_outcome(headers) -> None:
+    from cutover.headers import _parse_headers_checked
+
+    def outcome(parse):
+        try:
+            return parse(headers)
+        except HeaderError as exc:
+            return ("error", exc.header, str(exc))
+
+    parse_headers([("bg.version", b"blue"), ("bg.event_time", b"1")])  # blue is a known version
+    assert outcome(parse_headers) == outcome(_parse_headers_checked), headers
+
+
+@pytest.mark.parametrize("kind", [b"data", b"heartbeat"])
+@pytest.mark.parametrize("name", ["bg.version", "bg.event_time", "bg.watermark", "bg.batch",
+                                  "bg.kind"])
+@pytest.mark.parametrize("value", [None, b"", b"-5", b"+3", b" 7", b"x", b"data", b"heartbeat",
+                                   b"blue", b"0", "drop", "repeat"])
+def test_fast_path_agrees_on_every_single_change(kind: bytes, name: str, value) -> None:
+    headers = [("bg.version", b"blue"), ("bg.event_time", b"1767225600000"),
+               ("bg.watermark", b"1767225599000"), ("bg.batch", b"7"), ("bg.kind", kind)]
+    i = next(j for j, (n, _) in enumerate(headers) if n == name)
+    if value == "drop":
+        del headers[i]
+    elif value == "repeat":
+        headers.insert(i, headers[i])
+    else:
+        headers[i] = (name, value)
+    _same_outcome(headers)

@@ -118,16 +118,23 @@ class Env:
             time.sleep(interval)
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
-    def wait_horizon(self, at_least: int, timeout: float = 60.0) -> RouteView:
+    def wait_horizon(self, at_least: int, timeout: float = 60.0,
+                     versions: tuple[str, ...] = ()) -> RouteView:
+        """Wait until every partition has routed up to ``at_least`` and, for each of
+        ``versions``, has seen a heartbeat (watermarks come from heartbeats only, which the
+        router may route a little after the data): what `cutover switch` checks."""
         box: list[RouteView] = []
 
         def ok() -> bool:
             v = self.view()
             box[:] = [v]
             hs = [ps.horizon or 0 for ps, *_ in v.partitions.values()]
-            return len(hs) == self.partitions and min(hs) >= at_least
+            marks = all(ver in ps.watermarks for ps, *_ in v.partitions.values()
+                        for ver in versions)
+            return len(hs) == self.partitions and min(hs) >= at_least and marks
 
-        self.wait_for(f"every partition's horizon >= {at_least}", ok, timeout)
+        self.wait_for(f"every partition's horizon >= {at_least} and watermarks of "
+                      f"{list(versions)}", ok, timeout)
         return box[0]
 
     def output_count(self) -> int:

@@ -82,7 +82,7 @@ def test_two_workers_rebalance_during_switch(bootstrap: str, tmp_path: Path) -> 
     try:
         a.wait_started()
         feeder = _feed(env, N, [], chunk=500, pause=0.3)
-        env.wait_horizon(BASE_T + 4000 * STEP, timeout=90)
+        env.wait_horizon(BASE_T + 4000 * STEP, timeout=90, versions=("blue", "green"))
         assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "auto",
                        "--margin", "5s") == 0
         plan = env.view().plan

@@ -62,7 +62,7 @@ def test_switch_mid_stream(bootstrap: str, tmp_path: Path) -> None:
             blue.emit(events(lo, lo + 100))
             green.emit(events(lo, lo + 80) if lo == 500 else events(lo, lo + 100))
         green.emit(events(580, 600))
-        env.wait_horizon(BASE_T + 598 * STEP)
+        env.wait_horizon(BASE_T + 598 * STEP, versions=("blue", "green"))
         assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "auto",
                        "--margin", "1s") == 0
         boundary = _boundary(env)
@@ -174,7 +174,7 @@ def test_deadline_passes_stalled(env: Env, router: RouterProcess,
     _first_plan(env)
     blue.emit(events(0, 200))
     green.emit(events(0, 200))
-    env.wait_horizon(BASE_T + 198 * STEP)
+    env.wait_horizon(BASE_T + 198 * STEP, versions=("blue", "green"))
     assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "+2s",
                    "--deadline", "+3s", "--margin", "1s") == 0
     blue.emit(events(200, 600))       # green stops short of the boundary (it crashed)
@@ -191,14 +191,14 @@ def test_rollback_by_a_later_plan(env: Env, router: RouterProcess) -> None:
     for lo in range(0, 300, 100):
         blue.emit(events(lo, lo + 100))
         green.emit(events(lo, lo + 100))
-    env.wait_horizon(BASE_T + 298 * STEP)
+    env.wait_horizon(BASE_T + 298 * STEP, versions=("blue", "green"))
     assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "auto",
                    "--margin", "1s") == 0
     t1 = _boundary(env)
     for lo in range(300, 600, 100):
         blue.emit(events(lo, lo + 100))
         green.emit(events(lo, lo + 100))
-    env.wait_horizon(BASE_T + 598 * STEP)
+    env.wait_horizon(BASE_T + 598 * STEP, versions=("blue", "green"))
     assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto",
                    "--margin", "1s") == 0   # green misbehaves: back to blue
     plan = env.view().plan
@@ -264,7 +264,7 @@ def test_last_good_plan_survives_a_restart(bootstrap: str, tmp_path: Path) -> No
     _first_plan(env)
     blue.emit(events(0, 100))
     green.emit(events(0, 100))
-    env.wait_horizon(BASE_T + 98 * STEP)
+    env.wait_horizon(BASE_T + 98 * STEP, versions=("blue", "green"))
     assert env.cli("switch", "--route", env.route, "--to", "green", "--at", "auto",
                    "--margin", "1s") == 0
     boundary = _boundary(env)

@@ -379,8 +379,8 @@ def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
 # ----------------------------------------------------------------------------- writing
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    """Streaming sink: each task produces its rows and flushes before reporting success."""
+class _ProducingWriter:
+    """What the streaming and the batch sink share: schema check, then produce every row."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         self.opts = opts
@@ -390,6 +390,10 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
         stats = produce_batches(iterator, self.opts)
         return WriteCommit(stats.records, stats.per_partition)
+
+
+class KafkaStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
+    """Streaming sink: each task produces its rows and flushes before reporting success."""
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Every task flushed already; the batch is done when all of them succeeded."""
@@ -398,17 +402,8 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         """Records of failed tasks may be in Kafka already: at-least-once, Spark replays."""
 
 
-class KafkaBatchWriter(DataSourceArrowWriter):
+class KafkaBatchWriter(_ProducingWriter, DataSourceArrowWriter):
     """``df.write.format("cutover_kafka")``."""
-
-    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
-        self.opts = opts
-        self.schema = schema
-        _check_sink_schema(schema, opts)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
-        stats = produce_batches(iterator, self.opts)
-        return WriteCommit(stats.records, stats.per_partition)
 
 
 def _check_sink_schema(schema: StructType, opts: SinkOptions) -> None:

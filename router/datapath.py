@@ -493,7 +493,7 @@ class DataPath:
         commits: list[TopicPartition] = []
         for owned in dirty:
             offsets, readback = self._resume_offsets(owned)
-            readback = min(readback, owned.out_pos - self._queued_for(owned))
+            readback = min(readback, owned.out_pos - owned.queued)
             owned.seq += 1
             rebuild_from = self._rebuild_from(owned)
             ckpts.append(Checkpoint(
@@ -529,13 +529,10 @@ class DataPath:
             self._purge()
         self.board.changed = self.board.changed or pending_out > 0
 
-    def _queued_for(self, owned: Owned) -> int:
-        return owned.queued
-
     def _rebuild_from(self, owned: Owned) -> int:
         h = owned.router.horizon
         marks = owned.rebuild_marks
-        marks.append((h if h is not None else 0, owned.out_pos - self._queued_for(owned)))
+        marks.append((h if h is not None else 0, owned.out_pos - owned.queued))
         if h is not None:
             limit = h - owned.route.settings.dedup.retention_ms
             while len(marks) > 1 and marks[1][0] < limit:

@@ -53,14 +53,6 @@ def read_back_outputs(conf: dict[str, Any], output: str,
     return out
 
 
-def read_back_output(conf: dict[str, Any], output: str, partition: int, start: int,
-                     resume: dict[str, int], identity: IdentityFn,
-                     store: DedupStore) -> ReadBack:
-    """:func:`read_back_outputs` for one partition."""
-    return read_back_outputs(conf, output, {partition: (start, resume, store)},
-                             identity)[partition]
-
-
 def note(rb: ReadBack, msg: Message, resume: dict[str, int], identity: IdentityFn,
          store: DedupStore) -> tuple[str, int] | None:
     """Account one output record read back; return its (raw topic, offset) if it has one."""

@@ -119,6 +119,27 @@ def _version(raw: bytes | None) -> str:
     return text
 
 
+def data_envelope(headers: Headers | None) -> tuple[str, int] | None:
+    """``(version, event time)`` when ``headers`` end in the tagger's data layout (the job's
+    own headers, then exactly ``bg.version``, ``bg.event_time``, ``bg.watermark``,
+    ``bg.batch``, well-formed, none of them repeated); otherwise None, and the caller asks
+    :func:`parse_headers`, which handles (or names the problem with) every other shape.
+
+    The router's per-record path: the tagger writes every data record this way, and routing
+    a data record needs only these two fields (watermarks come from heartbeats)."""
+    if not headers or len(headers) < 4:
+        return None
+    (a, raw_v), (b, raw_t), (c, raw_w), (d, raw_b) = headers[-4:]
+    if (a == VERSION and b == EVENT_TIME and c == WATERMARK and d == BATCH
+            and raw_t and raw_w and raw_b
+            and raw_t.isdigit() and raw_w.isdigit() and raw_b.isdigit()
+            and (len(headers) == 4 or not any(h[0] in _ENVELOPE_HEADERS for h in headers[:-4]))):
+        version = _known_versions.get(raw_v)  # type: ignore[arg-type]
+        if version is not None:
+            return version, int(raw_t)
+    return None
+
+
 def parse_headers(headers: Headers | None) -> Envelope:
     """Read the envelope from a Kafka header list; raise :class:`HeaderError` on any problem.
 

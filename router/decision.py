@@ -242,6 +242,34 @@ class PartitionRouter:
             out.extend(self._release())
         return out
 
+    def suppresses(self, version: str, t: int) -> bool:
+        """The fast half of :meth:`observe` for a well-formed data record: True (and counted)
+        when ``version`` is not the primary for ``t``; then nothing else about the record is
+        needed. Half of all raw records are the other version's. Otherwise the caller gets
+        the decision from :meth:`decide`."""
+        if self.timeline is None:
+            return False
+        lb = self._last_bound
+        if lb is None:
+            primary = self._primaries[0]
+        elif t >= lb:
+            primary = self._primaries[-1]
+        else:
+            primary = self._primaries[bisect.bisect_right(self._bounds, t)]
+        if version == primary:
+            return False
+        h = self.horizon
+        if h is None or t > h:
+            self.horizon = t
+        sup = self.counters.suppressed
+        sup[version] = sup.get(version, 0) + 1
+        return True
+
+    def decide(self, rec: Incoming) -> Decision:
+        """:meth:`observe` for a well-formed data record (no error, not a heartbeat): such a
+        record never releases others, so its answer is exactly one decision."""
+        return self._decide(rec)
+
     def _decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
         if self.timeline is None:
             if not releasing:

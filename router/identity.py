@@ -15,19 +15,23 @@ class IdentityError(ValueError):
     """The identity cannot be computed (e.g. a named JSON field is missing)."""
 
 
+_NONE = b"\xff\xff\xff\xff"
+
+
 def _part(b: bytes | None) -> bytes:
     # Length-prefixed so that (key=b"ab", value=b"c") and (b"a", b"bc") differ; None != b"".
     if b is None:
-        return b"\xff\xff\xff\xff"
+        return _NONE
     return len(b).to_bytes(4, "big") + b
 
 
 def record_identity(key: bytes | None, value: bytes | None, event_time: int) -> bytes:
     """Digest of (key, value, event time): replays of the same output are the same record."""
-    return blake2b(
-        _part(key) + _part(value) + event_time.to_bytes(8, "big", signed=True),
-        digest_size=IDENTITY_BYTES,
-    ).digest()
+    # _part inlined into one join: this runs once per forwarded record.
+    return blake2b(b"".join((
+        _NONE if key is None else len(key).to_bytes(4, "big"), key or b"",
+        _NONE if value is None else len(value).to_bytes(4, "big"), value or b"",
+        event_time.to_bytes(8, "big", signed=True))), digest_size=IDENTITY_BYTES).digest()
 
 
 def key_event_time_identity(key: bytes | None, value: bytes | None, event_time: int) -> bytes:

@@ -1,6 +1,6 @@
 """A bare Faust pass-through agent (raw -> out, per event), for the router benchmark.
 
-Usage: python router_faust_agent.py BOOTSTRAP RAW OUT COUNT; prints "records_per_s=<x>"."""
+Usage: python router_faust_agent.py BOOTSTRAP RAW OUT COUNT DATADIR; prints "records_per_s=<x>"."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import time
 
 import faust
 
-bootstrap, raw, out, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+bootstrap, raw, out, count, datadir = (*sys.argv[1:4], int(sys.argv[4]), sys.argv[5])
 app = faust.App(f"bench-agent-{int(time.time())}", broker=f"kafka://{bootstrap}",
-                store="memory://", web_enabled=False, topic_disable_leader=True,
+                store="memory://", web_enabled=False,
+                datadir=datadir, topic_disable_leader=True,
                 broker_session_timeout=6, broker_heartbeat_interval=1,
                 consumer_auto_offset_reset="earliest", producer_acks=1)
 raw_topic = app.topic(raw, value_serializer="raw", key_serializer="raw")

@@ -133,9 +133,10 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
     return rate
 
 
-def _faust_agent(bootstrap: str, raw: str, out: str, count: int) -> float:
+def _faust_agent(bootstrap: str, raw: str, out: str, count: int, datadir: Path) -> float:
     script = Path(__file__).with_name("router_faust_agent.py")
-    res = subprocess.run([sys.executable, str(script), bootstrap, raw, out, str(count)],
+    res = subprocess.run([sys.executable, str(script), bootstrap, raw, out, str(count),
+                          str(datadir)],
                          capture_output=True, text=True, timeout=300)
     found = re.search(r"records_per_s=(\d+)", res.stdout + res.stderr)  # Faust logs stdout
     if found:
@@ -169,7 +170,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
     print(f"router (route + dedup + checkpoint): {router:,.0f} records/s "
           f"= {router / pt:.0%} of pass-through (median of {ROUNDS} rounds: "
           f"{', '.join(f'{b / a:.0%}' for a, b in rounds)})", flush=True)
-    agent = _faust_agent(bootstrap, raw, out_f, 20_000)
+    agent = _faust_agent(bootstrap, raw, out_f, 20_000, tmp_path / "faust-agent")
     print(f"bare Faust pass-through agent: {agent:,.0f} records/s = {agent / pt:.1%} of "
           f"pass-through; {load_line()}")
     record("router_throughput", {"records": total, "partitions": PARTITIONS,

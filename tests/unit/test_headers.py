@@ -151,3 +151,44 @@ def test_fast_path_agrees_on_every_single_change(kind: bytes, name: str, value) 
     else:
         headers[i] = (name, value)
     _same_outcome(headers)
+
+
+def _tagger_layout(draw: st.DrawFn) -> list:
+    """The tagger's data layout (job headers, then the four envelope headers), with up to two
+    changes; or anything else."""
+    job = draw(st.lists(st.tuples(st.sampled_from(["app", "trace", "bg.kind", "bg.batch"]),
+                                  _VALUES), max_size=2))
+    tail = [("bg.version", draw(st.sampled_from([b"blue", b"green", b"n/a", b""]))),
+            ("bg.event_time", draw(st.sampled_from([b"1767225600000", b"0", b"-5", b"", b"x"]))),
+            ("bg.watermark", draw(st.sampled_from([b"1767225599000", b"+3", b"", None]))),
+            ("bg.batch", draw(st.sampled_from([b"7", b" 7", b""])))]
+    if draw(st.booleans()):
+        tail = draw(st.permutations(tail))
+    return job + tail
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.composite(_tagger_layout)(), _near_valid(),
+                 st.lists(st.tuples(_NAMES, _VALUES), max_size=7)))
+def test_data_envelope_agrees_with_parse_headers(headers) -> None:
+    """The router's per-record recognizer answers only when parse_headers would give a data
+    envelope with the same version and event time; None sends the record to parse_headers."""
+    parse_headers([("bg.version", b"blue"), ("bg.event_time", b"1")])  # blue is a known version
+    parse_headers([("bg.version", b"green"), ("bg.event_time", b"1")])
+    fast = h.data_envelope(headers)
+    if fast is None:
+        return
+    env = parse_headers(headers)  # raises if the recognizer accepted a bad envelope
+    assert env.kind is RecordKind.DATA
+    assert fast == (env.version, env.event_time)
+
+
+def test_data_envelope_recognizes_what_the_tagger_writes() -> None:
+    parse_headers([("bg.version", b"blue"), ("bg.event_time", b"1")])
+    tagged = TaggedRecord(version="blue", event_time=1767225600000, watermark=1767225599000,
+                          batch=3).to_headers()
+    assert h.data_envelope(tagged) == ("blue", 1767225600000)
+    assert h.data_envelope([("app", b"x"), *tagged]) == ("blue", 1767225600000)
+    assert h.data_envelope([("bg.version", b"green"), *tagged]) is None  # repeated: checked
+    assert h.data_envelope(TaggedRecord(version="blue", event_time=1, batch=3).to_headers()) \
+        is None  # no watermark yet: the general parser handles it

@@ -178,3 +178,25 @@ def test_replay_from_any_recovery_point_gives_the_same_decisions(sc: dict, data)
     again = forwarded(replayed)
     assert not (before_k & again), "a record forwarded before the crash was forwarded again"
     assert before_k + again == forwarded(per_event)
+
+
+def fast_step(r: PartitionRouter, ev) -> list[Decision]:
+    """The data path's per-record calls: ``suppresses`` then ``decide`` for a data record."""
+    if isinstance(ev, CutoverPlan) or ev.heartbeat or ev.error is not None:
+        return step(r, ev)
+    if r.suppresses(ev.version, ev.event_time):
+        return [Decision(Outcome.SUPPRESS, ev)]
+    return [r.decide(ev)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_fast_data_path_decides_exactly_as_observe(sc: dict) -> None:
+    slow, fast = new_router(sc), new_router(sc)
+    for ev in events_of(sc):
+        a = [(d.outcome, d.record.ref, d.reason) for d in step(slow, ev)]
+        b = [(d.outcome, d.record.ref, d.reason) for d in fast_step(fast, ev)]
+        assert a == b, ev
+        assert fast.snapshot() == slow.snapshot()
+        assert fast.counters == slow.counters
+        assert [h.ref for h in fast.held] == [h.ref for h in slow.held]

@@ -1,0 +1,38 @@
+"""Cyclic garbage collection paused while a batch is in flight.
+
+A consumed batch keeps about eight container objects per record alive until its output is
+written (the messages, their header lists, the queued outputs); then reference counting frees
+them all at once. With the cyclic collector running, CPython scans and promotes those objects
+many times over in between, for nothing: measured at ~20% of the router's time on the
+throughput benchmark. Nothing the data path builds per record forms a reference cycle.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_active = 0
+_was_enabled = False
+
+
+@contextmanager
+def batch_gc_pause() -> Iterator[None]:
+    """Disable the cyclic collector for the block. Nests and overlaps across threads: the
+    collector comes back (if it was on) when the last paused block ends."""
+    global _active, _was_enabled
+    with _lock:
+        if _active == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _active += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
+            if _active == 0 and _was_enabled:
+                gc.enable()

@@ -19,6 +19,7 @@ from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
 from router.datapath import DataPath
+from router.gc_pause import batch_gc_pause
 from tests.bench.report import load_line, record
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]
@@ -77,19 +78,21 @@ def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
         msgs = c.consume(20_000, 0.05)
         if msgs and t0 is None:
             t0 = time.monotonic()
-        for m in msgs:
-            if m.error():
-                continue
-            while True:
-                try:
-                    p.produce(out, m.value(), m.key(), partition=m.partition(),
-                              headers=m.headers())
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            n += 1
-        p.flush(60)
-        c.commit(asynchronous=True) if msgs else None
+        with batch_gc_pause():
+            for m in msgs:
+                if m.error():
+                    continue
+                while True:
+                    try:
+                        p.produce(out, m.value(), m.key(), partition=m.partition(),
+                                  headers=m.headers())
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+                n += 1
+            p.flush(60)
+            c.commit(asynchronous=True) if msgs else None
+            del msgs
     assert t0 is not None
     rate = total / (time.monotonic() - t0)
     c.close()

@@ -3,75 +3,23 @@ a pass-through loop and Spark jobs all run as separate processes, as they do in 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-VENV_BIN = Path(sys.executable).parent
+from tests.children import VENV_BIN, Child, RouterChild
+
+__all__ = ["Child", "RouterChild"]
+
 HERE = Path(__file__).resolve().parent
 
 
 def cutover_exe() -> str:
     return str(VENV_BIN / "cutover")
-
-
-class Child:
-    """A child process in its own process group (so a kill takes its children with it)."""
-
-    def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> None:
-        self.log = log
-        child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        child_env.pop("CUTOVER_PLAN_KEY", None)
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=child_env, cwd=cwd,
-                                         start_new_session=True)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.text().splitlines()[-lines:])
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait_for_line(self, needle: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if needle in self.text():
-                return
-            if not self.alive():
-                raise AssertionError(f"{self.proc.args[:3]} exited {self.proc.returncode}:\n"
-                                     f"{self.tail()}")
-            time.sleep(0.1)
-        raise AssertionError(f"no {needle!r} within {timeout:.0f}s:\n{self.tail()}")
-
-    def stop(self, grace: float = 20.0) -> None:
-        """SIGTERM to the group, SIGKILL after ``grace`` seconds."""
-        if not self.alive():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
 
 
 def router_settings(path: Path, bootstrap: str, *, route: str, inputs: list[str], output: str,
@@ -89,9 +37,9 @@ def router_settings(path: Path, bootstrap: str, *, route: str, inputs: list[str]
     return path
 
 
-def start_router(config: Path, log: Path) -> Child:
+def start_router(config: Path, log: Path) -> RouterChild:
     """``cutover router --config FILE``; returns once it owns its partitions."""
-    child = Child([cutover_exe(), "router", "--config", str(config), "--loglevel", "info"], log)
+    child = RouterChild(config, log, args=("--loglevel", "info"))
     child.wait_for_line("took over partitions", 90)
     return child
 

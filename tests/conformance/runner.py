@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -31,6 +29,7 @@ from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, TransitionState, parse_status
 from router.kafka_io import base_conf, read_to_end, reader_conf
 from router.operator import RouteView, Target, read_views
+from tests.children import RouterChild
 from tests.conformance.data import (
     PARTITIONS,
     PHASE1_BATCHES,
@@ -43,7 +42,6 @@ from tests.conformance.data import (
 )
 from tests.conformance.scenario import Failure, Scenario
 
-VENV_BIN = Path(sys.executable).parent
 OLD, NEW = "blue", "green"
 
 
@@ -72,46 +70,14 @@ class CellResult(BaseModel):
         return not self.reasons
 
 
-class RouterWorker:
-    """``cutover router --config FILE`` as a child process in its own process group."""
-
-    def __init__(self, config: Path, log: Path) -> None:
-        self.log = log
-        env = {k: v for k, v in os.environ.items() if k != "CUTOVER_PLAN_KEY"}
-        env["PYTHONUNBUFFERED"] = "1"
-        self._fh = log.open("wb")
-        self.proc = subprocess.Popen([str(VENV_BIN / "cutover"), "router", "--config",
-                                      str(config)], stdout=self._fh, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_started(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if "took over partitions" in self.text() or "released partitions" in self.text():
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited {self.proc.returncode}: "
-                                   f"{self.text()[-2000:]}")
-            time.sleep(0.2)
-        raise RuntimeError(f"router did not take partitions in {timeout:.0f}s")
-
-    def kill9(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-        self._fh.close()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        self._fh.close()
+def run_cli(config: Path, *args: str) -> tuple[int, str]:
+    """Run an operator command in-process against ``config``, its output captured (a cell's
+    progress lines stay clean)."""
+    words = 2 if args[0] == "plan" else 1
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        rc = cutover_main([*args[:words], "--config", str(config), *args[words:]])
+    return rc, buf.getvalue()
 
 
 class StatusFollower:
@@ -180,19 +146,14 @@ class Cell:
         batches = generate(s)
         self.old = EmulatedJob(bootstrap, self.raw, OLD, batches, s.sources)
         self.new = EmulatedJob(bootstrap, self.raw, NEW, batches, s.sources)
-        self.workers: list[RouterWorker] = []
+        self.workers: list[RouterChild] = []
         self.follower = StatusFollower(bootstrap, self.status, self.route)
         self._n_workers = 0
 
     # -- operator ---------------------------------------------------------------------------
 
     def cli(self, *args: str) -> tuple[int, str]:
-        """Run an operator command in-process, its output captured (progress stays clean)."""
-        words = 2 if args[0] == "plan" else 1
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            rc = cutover_main([*args[:words], "--config", str(self.config), *args[words:]])
-        return rc, buf.getvalue()
+        return run_cli(self.config, *args)
 
     def view(self) -> RouteView:
         return self.follower.view()
@@ -203,9 +164,9 @@ class Cell:
                    {self.route: PARTITIONS})
         return read_views(t, self.route)[self.route]
 
-    def start_worker(self) -> RouterWorker:
+    def start_worker(self) -> RouterChild:
         self._n_workers += 1
-        w = RouterWorker(self.config, self.tmp / f"{self.route}-w{self._n_workers}.log")
+        w = RouterChild(self.config, self.tmp / f"{self.route}-w{self._n_workers}.log")
         self.workers.append(w)
         w.wait_started()
         return w
@@ -318,7 +279,7 @@ class Cell:
                 res.pins[p] != res.boundary for p, h in horizons.items() if h is not None):
             res.reasons.append("late plan: no partition was pinned")
         # Phase 2: the new version leads (its records are held in ordered handover).
-        second: RouterWorker | None = None
+        second: RouterChild | None = None
         for step in range(PHASE2_BATCHES):
             for job in (new, old):
                 crash = (s.failure is Failure.OLD_JOB_REPLAY and job is old) or \

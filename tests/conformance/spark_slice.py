@@ -42,14 +42,15 @@ from router.kafka_io import base_conf, read_to_end
 from router.operator import RouteView
 from spark_tagger.partitioner import partition_for
 from spark_tagger.testing import EventSpec, Order, make_orders
+from tests.children import RouterChild
 from tests.conformance.data import headers_of
 from tests.conformance.runner import (
     NEW,
     OLD,
     CellResult,
     OutRecord,
-    RouterWorker,
     StatusFollower,
+    run_cli,
     verify,
 )
 from tests.conformance.scenario import Failure, Scenario
@@ -355,21 +356,13 @@ class SparkRun:
             self.tmp / f"{self.cell.job}-{v}.log") for v in (OLD, NEW)}
         self.writer = InputWriter(self.bootstrap, self.input, self.cell.seed)
         self.follower = StatusFollower(self.bootstrap, self.status, self.route, RAW_PARTITIONS)
-        self.worker: RouterWorker | None = None
+        self.worker: RouterChild | None = None
         self._stopped: set[str] = set()
 
     # -- helpers -----------------------------------------------------------------------------
 
     def cli(self, *args: str) -> tuple[int, str]:
-        import io
-
-        from cutover.cli import main as cutover_main
-
-        words = 2 if args[0] == "plan" else 1
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            rc = cutover_main([*args[:words], "--config", str(self.config), *args[words:]])
-        return rc, buf.getvalue()
+        return run_cli(self.config, *args)
 
     def alive(self) -> None:
         for v, job in self.jobs.items():
@@ -453,7 +446,7 @@ class SparkRun:
         return res
 
     def _drive(self, res: CellResult) -> Ref:
-        self.worker = RouterWorker(self.config, self.tmp / f"{self.route}-router.log")
+        self.worker = RouterChild(self.config, self.tmp / f"{self.route}-router.log")
         self.worker.wait_started(90)
         rc, out = self.cli("plan", "init", "--route", self.route, "--primary", OLD)
         if rc != 0:

@@ -5,10 +5,6 @@ exactly-once check of the whole output topic against a reference."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -26,8 +22,8 @@ from cutover.headers import SRC, TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan
 from router.kafka_io import base_conf, read_to_end
 from router.operator import RouteView, Target, read_views
+from tests.children import RouterChild
 
-VENV_BIN = Path(sys.executable).parent
 BASE_T = 1_767_225_600_000  # event times start here (ms)
 STEP = 10                   # ms between consecutive events
 
@@ -148,51 +144,15 @@ class Env:
         return list(read_to_end(base_conf(self.bootstrap), topic))
 
 
-class RouterProcess:
-    """`cutover router --config FILE` as a child process (kill -9 is a real kill -9)."""
+class RouterProcess(RouterChild):
+    """A router worker of an integration test's environment, logging into its directory."""
 
     def __init__(self, env: Env, config: Path | None = None, name: str = "w",
                  extra_env: dict[str, str] | None = None) -> None:
         self.env = env
         self.config = config or env.config
-        self.log = env.tmp / f"{env.name}-{name}-{uuid.uuid4().hex[:4]}.log"
-        child_env = {k: v for k, v in os.environ.items() if k != "CUTOVER_PLAN_KEY"}
-        child_env.update(extra_env or {})
-        child_env["PYTHONUNBUFFERED"] = "1"
-        self._fh = self.log.open("wb")
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "cutover"), "router", "--config", str(self.config)],
-            stdout=self._fh, stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
-
-    def wait_started(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if "took over partitions" in self.text() or "released partitions" in self.text():
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"router exited {self.proc.returncode}:\n{self.text()}")
-            time.sleep(0.2)
-        raise AssertionError(f"router did not take partitions in {timeout}s:\n{self.text()}")
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def kill9(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill9()
-        self._fh.close()
-        return self.proc.returncode
-
-    def assert_alive(self) -> None:
-        assert self.proc.poll() is None, f"router died:\n{self.text()[-5000:]}"
+        super().__init__(self.config, env.tmp / f"{env.name}-{name}-{uuid.uuid4().hex[:4]}.log",
+                         extra_env)
 
 
 @dataclass

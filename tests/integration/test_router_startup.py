@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cutover.broker import free_port
-from tests.integration.harness import VENV_BIN
+from tests.children import VENV_BIN
 
 
 def _run(config: Path, seconds: float) -> tuple[int | None, str]:

@@ -8,6 +8,12 @@ construction: event times are out of order by less than the lateness, so no late
 source is below it. A crash is emulated as Spark does it: part of a batch is written, then the
 job restarts from its checkpoint and replays whole batches byte for byte (same batch ids, same
 watermarks, so heartbeats go backwards).
+
+Two job shapes. *Stateless* (map, filter, enrich): batch b emits its own input, at or above the
+batch's watermark W_b (computed from earlier batches), and the heartbeat after it carries the
+watermark its input gives. *Windowed* (append-mode aggregation): batch b emits the records that
+W_b closes, every pending one below W_b, so all of them sit below the watermark they carry; the
+heartbeat after it carries W_b (what the tagger writes), and the rest stays pending.
 """
 
 from __future__ import annotations
@@ -82,11 +88,14 @@ class EmulatedJob:
     """One version of the job plus its tagger, writing to a raw topic."""
 
     def __init__(self, bootstrap: str, topic: str, version: str, batches: list[list[Event]],
-                 sources: int) -> None:
+                 sources: int, shape: str = "stateless") -> None:
         self.topic = topic
         self.version = version
         self.batches = batches
         self.sources = sources
+        self.windowed = shape == "windowed"
+        self.pending: list[Event] = []        # windowed: absorbed input not yet closed
+        self.heartbeat_wm: int | None = None  # the watermark of the last heartbeat written
         self.next_batch = 0
         self.written: list[list[Sent]] = []   # per batch, exactly what went out (for replays)
         self.emitted: set[tuple[int, bytes, int]] = set()  # (partition, key, t) of data sent
@@ -105,19 +114,27 @@ class EmulatedJob:
         records and die (no heartbeat, the batch is not committed)."""
         b = self.next_batch
         wm = self.watermark
+        if self.windowed:
+            emit = [e for e in self.pending if wm is not None and e.t < wm]
+            keep = [e for e in self.pending if wm is None or e.t >= wm]
+        else:
+            emit, keep = self.batches[b], []
         out = [Sent(e.partition, e.key, value_of(e, self.version),
                     TaggedRecord(version=self.version, event_time=e.t, watermark=wm,
                                  batch=b).to_headers())
-               for e in self.batches[b]]
+               for e in emit]
         if crash_after is not None:
             self._send(out[: int(len(out) * crash_after)])
             self.producer.flush(30)
             return
         for e in self.batches[b]:
             self._max[e.source] = max(self._max.get(e.source, e.t), e.t)
+        for e in emit:
             self.emitted.add((e.partition, e.key, e.t))
-        after = self.watermark
-        out += [Sent(p, None, b"", heartbeat_headers(self.version, after, b))
+        if self.windowed:
+            self.pending = keep + self.batches[b]
+        self.heartbeat_wm = wm if self.windowed else self.watermark
+        out += [Sent(p, None, b"", heartbeat_headers(self.version, self.heartbeat_wm, b))
                 for p in range(PARTITIONS)]
         self._send(out)
         self.producer.flush(30)

@@ -21,7 +21,8 @@ from tests.conformance.scenario import DIMENSIONS
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 SPARK_MARK = "<!-- real-spark-cells: written by tests/conformance/test_spark_slice.py -->"
 
-COLUMNS = ("#", "sources", "divergence", "idle", "failure", "identity", "handover", "expected",
+COLUMNS = ("#", "sources", "divergence", "idle", "failure", "identity", "handover", "shape",
+           "expected",
            "forwarded", "lost", "dup", "wrong version", "order viol.", "dead-lettered",
            "boundary pins", "switch→clear (s)", "cell (s)", "result")
 
@@ -80,7 +81,11 @@ def write(results: list[CellResult], bootstrap: str, seed: int, elapsed_s: float
         "over sources of the largest event time, less the lateness), a heartbeat to every "
         f"partition after each batch. Large divergence: source B trails A by {DIVERGENCE_MS} "
         f"ms. Idle partitions: only {IDLE_ACTIVE} partitions get data, the rest only "
-        "heartbeats. Green starts two batches late and catches up; then `cutover switch --at "
+        "heartbeats. Job shape: *stateless* jobs emit each batch's own input, at or above "
+        "the watermark the batch carries; *windowed* jobs emit, as an append-mode "
+        "aggregation does, only the records the batch's watermark closes, all below the "
+        "watermark they carry, and the heartbeat after the batch carries that same "
+        "watermark. Green starts two batches late and catches up; then `cutover switch --at "
         "auto --margin 1s` (a late plan: `--at` 2 s below the horizon `--force`); green leads "
         "while blue passes the boundary; after CLEAR_TO_TEARDOWN blue is torn down and green "
         "writes two more batches. A job kill -9 writes half a batch, then replays its last "
@@ -118,7 +123,7 @@ def _row(label: str, r: CellResult) -> str:
         mark += " (" + "; ".join(r.notes) + ")"
     return "| " + " | ".join(str(x).replace("\n", " ") for x in (
         label, c.sources, c.divergence, c.idle, c.failure.value, c.identity, c.handover,
-        r.expected, r.forwarded, r.lost, r.duplicated, r.wrong_version, r.order_violations,
+        c.shape, r.expected, r.forwarded, r.lost, r.duplicated, r.wrong_version, r.order_violations,
         r.dead_lettered, _pins(r), "-" if r.clear_s is None else r.clear_s, r.duration_s,
         mark)) + " |"
 

@@ -144,8 +144,8 @@ class Cell:
                         "dedup": {"identity": s.identity, "retention_ms": 3_600_000}}],
         }))
         batches = generate(s)
-        self.old = EmulatedJob(bootstrap, self.raw, OLD, batches, s.sources)
-        self.new = EmulatedJob(bootstrap, self.raw, NEW, batches, s.sources)
+        self.old = EmulatedJob(bootstrap, self.raw, OLD, batches, s.sources, s.shape)
+        self.new = EmulatedJob(bootstrap, self.raw, NEW, batches, s.sources, s.shape)
         self.workers: list[RouterChild] = []
         self.follower = StatusFollower(bootstrap, self.status, self.route)
         self._n_workers = 0
@@ -196,8 +196,8 @@ class Cell:
                 if ps.horizon != top:
                     return False
                 for job in (self.old, self.new):
-                    if job.watermark is not None and ps.watermarks.get(job.version) != \
-                            job.watermark:
+                    if job.heartbeat_wm is not None and ps.watermarks.get(job.version) != \
+                            job.heartbeat_wm:
                         return False
             return True
 
@@ -330,11 +330,11 @@ class Cell:
         hold: for every event some version emitted, the copy of its primary under the pinned
         boundary of its partition, computed without the router."""
         ref: dict[tuple[int, bytes, int], tuple[str, bytes]] = {}
-        for b, batch in enumerate(self.old.batches):
+        for batch in self.old.batches:
             for e in batch:
                 version = NEW if e.t >= pins[e.partition] else OLD
                 job = self.new if version == NEW else self.old
-                if b < job.next_batch:
+                if (e.partition, e.key, e.t) in job.emitted:
                     ref[(e.partition, e.key, e.t)] = (version, value_of(e, version))
         return ref
 

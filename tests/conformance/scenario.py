@@ -39,6 +39,10 @@ class Scenario(BaseModel):
     failure: Failure
     identity: Literal["record", "key_event_time"]
     handover: Literal["ordered", "immediate"]
+    # What the job emits in a micro-batch: "stateless" records at or above the batch's
+    # watermark (a map/filter/enrich job); "windowed" the records the batch's watermark closes,
+    # all below it (an append-mode windowed aggregation).
+    shape: Literal["stateless", "windowed"] = "stateless"
     seed: int = 0
 
     @model_validator(mode="after")
@@ -51,7 +55,7 @@ class Scenario(BaseModel):
     @property
     def id(self) -> str:
         return (f"src{self.sources}-div_{self.divergence}-idle_{self.idle}-{self.failure.value}"
-                f"-{self.identity}-{self.handover}")
+                f"-{self.identity}-{self.handover}-{self.shape}")
 
 
 DIMENSIONS: dict[str, tuple[object, ...]] = {
@@ -61,6 +65,7 @@ DIMENSIONS: dict[str, tuple[object, ...]] = {
     "idle": ("none", "some"),
     "identity": ("record", "key_event_time"),
     "handover": ("ordered", "immediate"),
+    "shape": ("stateless", "windowed"),
 }
 
 

@@ -101,6 +101,7 @@ class SparkCell(BaseModel):
         return Scenario(sources=1, divergence="none",
                         idle="some" if len(busy) < RAW_PARTITIONS else "none",
                         failure=self.failure, identity="record", handover=self.handover,
+                        shape="windowed" if self.job == "windowed_totals" else "stateless",
                         seed=self.seed)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from cutover.headers import EVENT_TIME, SRC, VERSION
 from tests.conformance import report
-from tests.conformance.data import LATENESS, generate
+from tests.conformance.data import LATENESS, EmulatedJob, generate
 from tests.conformance.runner import CellResult, OutRecord, run_cell, verify
 from tests.conformance.scenario import DIMENSIONS, Scenario, ci_subset, full_grid, is_covering
 
@@ -48,6 +48,37 @@ def test_input_is_deterministic_and_watermarks_honest(cell: Scenario) -> None:
         if len(top) == cell.sources:
             wm = min(top.values()) - LATENESS
             assert all(e.t >= wm for later in batches[i + 1:] for e in later)
+
+
+@pytest.mark.parametrize("shape", ["stateless", "windowed"])
+def test_emulated_job_shapes_write_what_spark_writes(shape: str) -> None:
+    """Data below every watermark a heartbeat announced never follows that heartbeat; a
+    windowed job's records all sit below the watermark they carry (a stateless job's at or
+    above it); every event is written once, the windowed job's once its watermark closes it."""
+    cell = next(s for s in GRID if s.sources == 2)
+    job = EmulatedJob("127.0.0.1:1", "raw", "blue", generate(cell), cell.sources, shape)
+    sent: list = []
+    job._send = sent.extend  # type: ignore[method-assign]  # the broker is not the subject
+    for _ in range(len(job.batches)):
+        job.run_batch()
+    announced = None
+    data = []
+    for r in sent:
+        h = dict(r.headers)
+        if h.get("bg.kind") == b"heartbeat":
+            if "bg.watermark" in h:  # none before every source has been seen
+                announced = int(h["bg.watermark"])
+            continue
+        t, wm = int(h["bg.event_time"]), h.get("bg.watermark")
+        assert announced is None or t >= announced, "a record below an announced watermark"
+        if wm is not None:
+            assert (t < int(wm)) if shape == "windowed" else (t >= int(wm))
+        data.append((r.key, t))
+    assert len(data) == len(set(data)) == len(job.emitted)
+    every = {(e.key, e.t) for b in job.batches for e in b}
+    closed = {kt for kt in every if shape == "stateless" or kt[1] < announced}
+    assert set(data) == closed
+    assert shape == "stateless" or len(closed) < len(every)  # some stay open at the end
 
 
 def _check(r: CellResult) -> None:

@@ -1,6 +1,7 @@
 """A confluent-kafka pass-through loop (raw -> out, same key, value, headers and partition),
 batched like the router's data path: consume up to 20,000 records or 50 ms, produce, flush,
-commit. The baseline the router is measured against.
+commit, with the cyclic collector paused per batch. The baseline the router is measured
+against.
 
 Usage: python passthrough.py BOOTSTRAP RAW OUT [FETCH_WAIT_MS]
 (prints "ready", runs until SIGTERM; FETCH_WAIT_MS sets the consumer's fetch.wait.max.ms)
@@ -12,10 +13,30 @@ import signal
 import sys
 import threading
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
+
+from router.gc_pause import batch_gc_pause
 
 BATCH = 20_000
 POLL_S = 0.05
+
+
+def pass_batch(producer: Producer, out: str, msgs: list[Message]) -> int:
+    """Produce every consumed record to ``out`` (same key, value, headers and partition),
+    waiting for queue space when it is full; returns how many."""
+    n = 0
+    for m in msgs:
+        if m.error():
+            continue
+        while True:
+            try:
+                producer.produce(out, m.value(), m.key(), partition=m.partition(),
+                                 headers=m.headers())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        n += 1
+    return n
 
 
 def run(bootstrap: str, raw: str, out: str, stop: threading.Event,
@@ -36,19 +57,12 @@ def run(bootstrap: str, raw: str, out: str, stop: threading.Event,
         if ready.is_set() and not announced:
             print("ready", flush=True)
             announced = True
-        for m in msgs:
-            if m.error():
-                continue
-            while True:
-                try:
-                    producer.produce(out, m.value(), m.key(), partition=m.partition(),
-                                     headers=m.headers())
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        if msgs:
-            producer.flush(60)
-            consumer.commit(asynchronous=True)
+        with batch_gc_pause():  # as the router's data path does
+            pass_batch(producer, out, msgs)
+            if msgs:
+                producer.flush(60)
+                consumer.commit(asynchronous=True)
+            del msgs
     consumer.close()
     producer.flush(10)
 

@@ -20,6 +20,7 @@ from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
+from tests.bench.passthrough import pass_batch
 from tests.bench.report import load_line, record
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]
@@ -78,18 +79,8 @@ def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
         msgs = c.consume(20_000, 0.05)
         if msgs and t0 is None:
             t0 = time.monotonic()
-        with batch_gc_pause():
-            for m in msgs:
-                if m.error():
-                    continue
-                while True:
-                    try:
-                        p.produce(out, m.value(), m.key(), partition=m.partition(),
-                                  headers=m.headers())
-                        break
-                    except BufferError:
-                        p.poll(0.05)
-                n += 1
+        with batch_gc_pause():  # as the router's data path does
+            n += pass_batch(p, out, msgs)
             p.flush(60)
             c.commit(asynchronous=True) if msgs else None
             del msgs

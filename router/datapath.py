@@ -120,6 +120,14 @@ class Owned:
     undelivered: dict[str, int] = field(default_factory=dict)
 
 
+def _mark_undelivered(owned: Owned, topic: str, off: int) -> None:
+    """Output of raw record (topic, off) is queued: the batch's checkpoint resumes at or
+    before it."""
+    low = owned.undelivered.get(topic)
+    if low is None or off < low:
+        owned.undelivered[topic] = off
+
+
 class DataPath:
     """The router worker's engine: call :meth:`run` in a thread, :meth:`stop` from another."""
 
@@ -398,7 +406,6 @@ class DataPath:
         copies, dead letters, duplicates, releases) takes the general path, :meth:`_observe`."""
         by_tp = self._by_tp
         forward = Outcome.FORWARD
-        queue = self._outputs.append
         for msg in msgs:
             if msg.error() is not None:
                 self._consumer_error(msg)
@@ -421,18 +428,10 @@ class DataPath:
                 continue
             d = router.decide(Incoming(version, t, None, msg.key(), msg.value(), False, None,
                                        Ref(topic, off, headers, owned.out_pos)))
-            if d.outcome is not forward or owned.skip:
+            if d.outcome is forward and not owned.skip:
+                self._queue_forward(owned, topic, off, headers, msg.key(), msg.value())
+            else:
                 self._act_owned(owned, [d])
-                continue
-            # The common forward, queued as _act_owned would queue it.
-            low = owned.undelivered.get(topic)
-            if low is None or off < low:
-                owned.undelivered[topic] = off
-            hdrs = list(headers)
-            hdrs.append((SRC, f"{topic}:{p}:{off}".encode()))
-            queue((owned.route.settings.output, p, msg.key(), msg.value(), hdrs))
-            owned.out_pos += 1
-            owned.queued += 1
 
     def _observe(self, owned: Owned, msg: Message, topic: str, off: int,
                  headers: list[tuple[str, bytes]] | None) -> None:
@@ -477,22 +476,30 @@ class DataPath:
             ref: Ref = rec.ref
             if outcome is Outcome.FORWARD and (ref.topic, ref.offset) in owned.skip:
                 continue  # already in the output log (read back at takeover)
-            if outcome is not Outcome.SUPPRESS or rs.shadow is not None:
-                low = owned.undelivered.get(ref.topic)
-                if low is None or ref.offset < low:
-                    owned.undelivered[ref.topic] = ref.offset
             if outcome is Outcome.FORWARD:
-                hdrs = list(ref.headers or ())
-                hdrs.append((SRC, f"{ref.topic}:{p}:{ref.offset}".encode()))
-                self._outputs.append((rs.output, p, rec.key, rec.value, hdrs))
-                owned.out_pos += 1
-                owned.queued += 1
-            elif outcome is Outcome.DEAD_LETTER:
+                self._queue_forward(owned, ref.topic, ref.offset, ref.headers, rec.key,
+                                    rec.value)
+                continue
+            if outcome is not Outcome.SUPPRESS or rs.shadow is not None:
+                _mark_undelivered(owned, ref.topic, ref.offset)
+            if outcome is Outcome.DEAD_LETTER:
                 hdrs = list(ref.headers or ())
                 hdrs.append((ERROR, (d.reason or "unknown").encode()))
                 self._outputs.append((rs.dead_letter, p, rec.key, rec.value, hdrs))  # type: ignore[arg-type]
             elif outcome is Outcome.SUPPRESS and rs.shadow is not None:
                 self._outputs.append((rs.shadow, p, rec.key, rec.value, list(ref.headers or ())))
+
+    def _queue_forward(self, owned: Owned, topic: str, off: int,
+                       headers: list[tuple[str, bytes]] | None, key: bytes | None,
+                       value: bytes | None) -> None:
+        """Queue raw record (topic, off) for output partition p, with its ``bg.src``."""
+        _mark_undelivered(owned, topic, off)
+        p = owned.partition
+        hdrs = list(headers or ())
+        hdrs.append((SRC, f"{topic}:{p}:{off}".encode()))
+        self._outputs.append((owned.route.settings.output, p, key, value, hdrs))
+        owned.out_pos += 1
+        owned.queued += 1
 
     def _resume_offsets(self, owned: Owned) -> tuple[dict[str, int], int]:
         offsets = dict(owned.next_offsets)

@@ -247,22 +247,9 @@ class PartitionRouter:
         when ``version`` is not the primary for ``t``; then nothing else about the record is
         needed. Half of all raw records are the other version's. Otherwise the caller gets
         the decision from :meth:`decide`."""
-        if self.timeline is None:
+        if self.timeline is None or version == self._primaries[self._segment(t)]:
             return False
-        lb = self._last_bound
-        if lb is None:
-            primary = self._primaries[0]
-        elif t >= lb:
-            primary = self._primaries[-1]
-        else:
-            primary = self._primaries[bisect.bisect_right(self._bounds, t)]
-        if version == primary:
-            return False
-        h = self.horizon
-        if h is None or t > h:
-            self.horizon = t
-        sup = self.counters.suppressed
-        sup[version] = sup.get(version, 0) + 1
+        self._count_suppressed(version, t)
         return True
 
     def decide(self, rec: Incoming) -> Decision:
@@ -276,17 +263,9 @@ class PartitionRouter:
                 self.held.append(rec)
             return Decision(Outcome.HOLD, rec, "no cutover plan for this route yet")
         t: int = rec.event_time  # type: ignore[assignment]
-        lb = self._last_bound
-        if lb is None:
-            seg = 0
-        elif t >= lb:
-            seg = len(self._bounds)
-        else:
-            seg = bisect.bisect_right(self._bounds, t)
+        seg = self._segment(t)
         if rec.version != self._primaries[seg]:
-            self._advance_horizon(t)
-            sup = self.counters.suppressed
-            sup[rec.version] = sup.get(rec.version, 0) + 1
+            self._count_suppressed(rec.version, t)
             return Decision(Outcome.SUPPRESS, rec)
         if self.ordered and seg > self._closed_upto:
             if not releasing:
@@ -313,6 +292,21 @@ class PartitionRouter:
         self.store.add(ident, t)
         self.counters.forwarded += 1
         return Decision(Outcome.FORWARD, rec)
+
+    def _segment(self, t: int) -> int:
+        """Index of the timeline segment that rules event time ``t`` (most records fall in
+        the last one, checked first)."""
+        lb = self._last_bound
+        if lb is None:
+            return 0
+        if t >= lb:
+            return len(self._bounds)
+        return bisect.bisect_right(self._bounds, t)
+
+    def _count_suppressed(self, version: str, t: int) -> None:
+        self._advance_horizon(t)
+        sup = self.counters.suppressed
+        sup[version] = sup.get(version, 0) + 1
 
     def _advance_horizon(self, t: int) -> None:
         if self.horizon is None or t > self.horizon:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from cutover.broker import create_topics
 from tests.children import VENV_BIN, Child, RouterChild
 
 __all__ = ["Child", "RouterChild"]
@@ -20,6 +21,15 @@ HERE = Path(__file__).resolve().parent
 
 def cutover_exe() -> str:
     return str(VENV_BIN / "cutover")
+
+
+def create_route_topics(bootstrap: str, partitions: int, *, output: str, control: str,
+                        status: str, others: tuple[str, ...] = ()) -> None:
+    """A route's topics for a benchmark: ``others`` (raw, baselines' outputs), the output and
+    its dead-letter topic with ``partitions`` each; control (compacted) and status with one."""
+    create_topics(bootstrap, {**dict.fromkeys(others, partitions), output: partitions,
+                              f"{output}.dlq": partitions, control: 1, status: 1},
+                  compacted=[control])
 
 
 def router_settings(path: Path, bootstrap: str, *, route: str, inputs: list[str], output: str,

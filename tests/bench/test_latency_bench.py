@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
 from cutover.headers import TaggedRecord
 from cutover.plan import CutoverPlan, Segment
 from tests.bench.report import load_line, record
 from tests.bench.support import (
+    create_route_topics,
     percentile,
     router_settings,
     start_passthrough,
@@ -104,9 +104,8 @@ def test_router_added_latency(bootstrap: str, tmp_path: Path, fetch_wait_ms: int
     tag = uuid.uuid4().hex[:8]
     raw, out_pt, out_r = f"lat-raw-{tag}", f"lat-pt-{tag}", f"lat-router-{tag}"
     control, status = f"lat-ctl-{tag}", f"lat-st-{tag}"
-    create_topics(bootstrap, {raw: PARTITIONS, out_pt: PARTITIONS, out_r: PARTITIONS,
-                              f"{out_r}.dlq": PARTITIONS, control: 1, status: 1},
-                  compacted=[control])
+    create_route_topics(bootstrap, PARTITIONS, output=out_r, control=control, status=status,
+                        others=(raw, out_pt))
     plan = CutoverPlan(route="lat", epoch=1, segments=(Segment(from_event_time=None,
                                                                primary="blue"),))
     p = Producer({"bootstrap.servers": bootstrap})

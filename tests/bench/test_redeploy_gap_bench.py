@@ -28,12 +28,17 @@ from types import ModuleType
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
 from cutover.cli import main as cutover_main
 from spark_tagger.partitioner import partition_for
 from spark_tagger.testing import EventSpec, make_orders
 from tests.bench.report import load_line, record
-from tests.bench.support import Child, largest_gap, router_settings, start_router
+from tests.bench.support import (
+    Child,
+    create_route_topics,
+    largest_gap,
+    router_settings,
+    start_router,
+)
 
 pytestmark = [pytest.mark.bench, pytest.mark.spark, pytest.mark.broker]
 
@@ -152,9 +157,8 @@ def test_cutover_gap_vs_redeploy_gap(bootstrap: str, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     orders, raw, out = f"gap-orders-{tag}", f"gap-raw-{tag}", f"gap-out-{tag}"
     control, status = f"gap-ctl-{tag}", f"gap-st-{tag}"
-    create_topics(bootstrap, {orders: PARTITIONS, raw: PARTITIONS, out: PARTITIONS,
-                              f"{out}.dlq": PARTITIONS, control: 1, status: 1},
-                  compacted=[control])
+    create_route_topics(bootstrap, PARTITIONS, output=out, control=control, status=status,
+                        others=(orders, raw))
     config = router_settings(tmp_path / "router.yaml", bootstrap, route="gap", inputs=[raw],
                              output=out, control=control, status=status,
                              state_dir=tmp_path / "state", group=f"gap-{tag}",

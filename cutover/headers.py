@@ -111,7 +111,7 @@ def _version(raw: bytes | None) -> str:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
         raise HeaderError(VERSION, "is not ASCII") from None
-    if not _VERSION_RE.match(text):
+    if not _VERSION_RE.fullmatch(text):  # match() would let a trailing newline through
         raise HeaderError(VERSION, f"{text[:70]!r} is not a version id "
                           "([A-Za-z0-9._-], 1 to 64 characters)")
     if len(_known_versions) < 10_000:

@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run(args: argparse.Namespace) -> int:
-    if not re.match(VERSION_PATTERN, args.version or ""):
+    if not re.fullmatch(VERSION_PATTERN, args.version or ""):
         raise CliError(f"--version {args.version!r} is not a version id: use 1 to 64 of "
                        "A-Z a-z 0-9 . _ - (e.g. blue, green, v2.3.1)")
     if not os.path.isfile(args.job):

@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# Apache Kafka and Spark's Kafka connector, fetched once from Maven Central into an ignored cache.
+JVM_CACHE ?= .cache/jvm
+JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
+MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:copy-dependencies \
+             -DincludeScope=runtime
 
-.PHONY: demo test test-all bench conformance lint clean
+.PHONY: demo test test-all bench conformance lint clean jvm
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
@@ -14,20 +19,31 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
+$(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka.pom.xml
+	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
+	@echo "fetching Apache Kafka and Spark's Kafka connector into $(JVM_CACHE) (once) ..."
+	@rm -rf $(JVM_CACHE)/kafka $(JVM_CACHE)/spark-kafka
+	@$(MVN_COPY) -f jvm/kafka-broker.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/kafka
+	@$(MVN_COPY) -f jvm/spark-kafka.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/spark-kafka \
+	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
+	@touch $(JVM_STAMP)
+
+jvm: $(JVM_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/cutover demo
 
-test: $(STAMP)
+test: $(STAMP) $(JVM_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest -m 'not bench and not conformance_full'
 
-bench: $(STAMP)
+bench: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest -m bench -s tests/bench tests/spark/test_bench_kafka.py
 
-conformance: $(STAMP)
+conformance: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest -m conformance_full -s tests/conformance
 
 lint: $(STAMP)

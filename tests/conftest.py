@@ -1,5 +1,6 @@
-"""Shared fixtures. The broker is started once per session from one place (cutover.broker), so
-setting CUTOVER_TEST_BOOTSTRAP=host:port runs the same suite against a real Kafka."""
+"""Shared fixtures. The broker is started once per session from one place (cutover.broker):
+Apache Kafka by default, ``CUTOVER_TEST_BROKER=tansu`` for the embedded broker, and
+``CUTOVER_TEST_BOOTSTRAP=host:port`` for a Kafka that is already running."""
 
 from __future__ import annotations
 
@@ -8,13 +9,18 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from cutover.broker import broker_for_tests, create_topics
+from cutover.broker import BrokerUnderTest, broker_for_tests, create_topics
 
 
 @pytest.fixture(scope="session")
-def bootstrap() -> Iterator[str]:
-    with broker_for_tests() as address:
-        yield address
+def broker() -> Iterator[BrokerUnderTest]:
+    with broker_for_tests() as b:
+        yield b
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: BrokerUnderTest) -> str:
+    return broker.bootstrap
 
 
 @pytest.fixture

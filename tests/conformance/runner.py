@@ -22,7 +22,7 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import BaseModel
 
-from cutover.broker import create_topics, end_offsets
+from cutover.broker import BrokerUnderTest, create_topics, end_offsets
 from cutover.cli import main as cutover_main
 from cutover.headers import EVENT_TIME, SRC, VERSION
 from cutover.plan import CutoverPlan
@@ -64,10 +64,12 @@ class CellResult(BaseModel):
     duration_s: float = 0.0
     notes: list[str] = []    # what the injected failure actually hit (e.g. held records)
     reasons: list[str] = []
+    # Why the cell cannot run on this broker (it stays in the table, marked, never hidden).
+    not_applicable: str | None = None
 
     @property
     def passed(self) -> bool:
-        return not self.reasons
+        return not self.reasons and self.not_applicable is None
 
 
 def run_cli(config: Path, *args: str) -> tuple[int, str]:
@@ -123,9 +125,10 @@ class StatusFollower:
 class Cell:
     """One route (its own topics and consumer group) and everything one cell does to it."""
 
-    def __init__(self, s: Scenario, bootstrap: str, tmp: Path) -> None:
+    def __init__(self, s: Scenario, broker: BrokerUnderTest, tmp: Path) -> None:
         self.s = s
-        self.bootstrap = bootstrap
+        self.broker = broker
+        bootstrap = self.bootstrap = broker.bootstrap
         self.tmp = tmp
         n = f"c{uuid.uuid4().hex[:8]}"
         self.route, self.raw, self.output, self.dlq = n, f"{n}.raw", f"{n}.out", f"{n}.dlq"
@@ -280,6 +283,7 @@ class Cell:
             res.reasons.append("late plan: no partition was pinned")
         # Phase 2: the new version leads (its records are held in ordered handover).
         second: RouterChild | None = None
+        killed: int | None = None
         for step in range(PHASE2_BATCHES):
             for job in (new, old):
                 crash = (s.failure is Failure.OLD_JOB_REPLAY and job is old) or \
@@ -295,6 +299,15 @@ class Cell:
                                  f"{sum(ps.held for ps, *_ in v.partitions.values())}")
                 worker.kill9()
                 worker = self.start_worker()
+            if s.failure is Failure.BROKER_KILL and step == 1:
+                killed = self._kill_leader(res)
+            if s.failure is Failure.BROKER_KILL and (step == 4 or self.broker.size == 1) \
+                    and killed is not None:
+                assert self.broker.cluster is not None
+                time.sleep(1.0 if self.broker.size > 1 else 3.0)  # clients see it gone
+                self.broker.cluster.restart(killed)
+                res.notes.append(f"node {killed} back after batch {PHASE1_BATCHES + step}")
+                killed = None
             if s.failure is Failure.WORKER_JOIN_LEAVE and step == 1:
                 second = self.start_worker()
             if s.failure is Failure.WORKER_JOIN_LEAVE and step == 5 and second is not None:
@@ -322,6 +335,19 @@ class Cell:
         with contextlib.suppress(RuntimeError):
             self.wait_for("the output to hold the reference's count", lambda: sum(
                 end_offsets(self.bootstrap, self.output).values()) >= len(ref), 20)
+
+    def _kill_leader(self, res: CellResult) -> int:
+        """kill -9 of the node leading partition 0 of the output topic (even seeds) or of the
+        raw topic (odd seeds), while the handover is pending."""
+        cluster = self.broker.cluster
+        assert cluster is not None
+        topic = self.output if self.s.seed % 2 == 0 else self.raw
+        node = cluster.leader(topic, 0)
+        v = self.view()
+        cluster.kill(node)
+        res.notes.append(f"kill -9 of node {node} (leader of {topic.split('.')[-1]}:0) at "
+                         f"{v.transition().state.value}")
+        return node
 
     # -- verification -----------------------------------------------------------------------
 
@@ -398,6 +424,10 @@ def verify(res: CellResult, ref: dict[tuple[int, bytes, int], tuple[str, bytes]]
         res.reasons.append("never CLEAR_TO_TEARDOWN")
 
 
-def run_cell(s: Scenario, bootstrap: str, tmp: Path) -> CellResult:
+def run_cell(s: Scenario, broker: BrokerUnderTest, tmp: Path) -> CellResult:
+    if s.failure is Failure.BROKER_KILL and broker.cluster is None:
+        why = ("Tansu keeps its log in memory: a killed broker comes back empty"
+               if broker.kind == "tansu" else "the tests did not start this broker")
+        return CellResult(cell=s, not_applicable=f"broker kill: {why}")
     tmp.mkdir(parents=True, exist_ok=True)
-    return Cell(s, bootstrap, tmp).run()
+    return Cell(s, broker, tmp).run()

@@ -26,6 +26,7 @@ class Failure(StrEnum):
     NEW_JOB_REPLAY = "new_job_kill9_replay"         # new job dies mid-batch, replays batches
     WORKER_JOIN_LEAVE = "worker_join_leave"         # a second worker joins, then leaves
     LATE_PLAN = "late_plan"                         # the switch arrives below the horizon
+    BROKER_KILL = "broker_kill9"                    # kill -9 of a partition leader mid-switch
 
 
 class Scenario(BaseModel):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cutover.broker import BrokerUnderTest
 from cutover.plan import CutoverPlan
 from router.decision import Incoming, Outcome, PartitionRouter
 from router.identity import identity_function
@@ -85,13 +86,20 @@ def test_grid_and_spark_sections_of_the_document_keep_each_other(tmp_path: Path)
     grid = CellResult(cell=Scenario(sources=1, divergence="none", idle="none",
                                     failure=Failure.NONE, identity="record",
                                     handover="ordered"), expected=5, forwarded=5, clear_s=1.0)
-    report.write_spark([spark], 1.0, {report.spark_key(spark)}, path=doc)
-    report.write([grid], "127.0.0.1:1", 1, 1.0, set(), path=doc)
-    report.write_spark([spark, spark], 2.0, set(), path=doc)
+    kafka = BrokerUnderTest("127.0.0.1:1", "kafka", "4.1.1", 3)
+    tansu = BrokerUnderTest("127.0.0.1:2", "tansu", "0.1.2")
+    report.write_spark([spark], kafka, 1.0, {report.spark_key(spark)}, path=doc)
+    report.write([grid], kafka, 1, 1.0, set(), path=doc)
+    report.write([grid, grid], tansu, 1, 1.0, set(), path=doc)
+    report.write_spark([spark, spark], kafka, 2.0, set(), path=doc)
+    report.write([grid], kafka, 1, 1.0, set(), path=doc)
     text = doc.read_text()
-    assert text.count(report.SPARK_MARK) == 1 and text.count("## Cells") == 1
-    assert "**1/1 cells pass**" in text and "**2/2 real-Spark cells pass**" in text
-    assert text.index("## Cells") < text.index(report.SPARK_MARK)
+    assert text.count("## Real Spark jobs on Apache Kafka 4.1.1") == 1
+    assert text.count("## Emulated grid on Apache Kafka 4.1.1 (KRaft, 3 brokers") == 1
+    assert text.count("## Emulated grid on Tansu") == 1 and text.count("# Conformance") == 1
+    assert "**1/1 cells pass**" in text and "**2/2 cells pass**" in text
+    assert "**2/2 real-Spark cells pass**" in text
+    assert text.index("grid on Apache") < text.index("grid on Tansu") < text.index("Real Spark")
     assert "| S2: real Spark `windowed_totals` |" in text and "S1 (CI)" not in text
 
 
@@ -132,17 +140,20 @@ def test_ordered_handover_with_a_windowed_batch_below_its_own_watermark() -> Non
 @pytest.mark.conformance_full
 @pytest.mark.spark
 @pytest.mark.broker
-def test_real_spark_slice(bootstrap: str, tmp_path: Path) -> None:
+def test_real_spark_slice(kafka_cluster: BrokerUnderTest, tmp_path: Path) -> None:
     """Every real-Spark cell runs and gets its row in docs/conformance.md, passing or not;
     then the test fails if any cell did."""
     started = time.monotonic()
     results: list[CellResult] = []
-    print(f"\nreal-Spark slice: {len(SPARK_CELLS)} cells, broker {bootstrap}", flush=True)
+    bootstrap = kafka_cluster.bootstrap
+    print(f"\nreal-Spark slice: {len(SPARK_CELLS)} cells, on {kafka_cluster.describe()}",
+          flush=True)
     for i, cell in enumerate(SPARK_CELLS, 1):
         r = run_spark_cell(cell, bootstrap, tmp_path / f"spark{i}")
         results.append(r)
         print(f"{cell.job}: " + report.progress_line(i, len(SPARK_CELLS), r), flush=True)
-    report.write_spark(results, time.monotonic() - started, {report.spark_key(results[0])})
+    report.write_spark(results, kafka_cluster, time.monotonic() - started,
+                       {report.spark_key(results[0])})
     print(f"wrote {report.DOC}", flush=True)
     failed = [r for r in results if not r.passed]
     assert not failed, "\n".join(f"{r.job}: " + report.progress_line(0, 0, r) for r in failed)

@@ -1,0 +1,283 @@
+"""Apache Kafka in KRaft mode, started on loopback: the reference broker of the test ground.
+
+``make jvm`` copies the ``kafka_2.13`` jars and their runtime dependencies from Maven Central
+into ``.cache/jvm/kafka`` (``CUTOVER_KAFKA_LIBS`` points elsewhere). Each node runs as one JVM
+in combined mode (``process.roles=broker,controller``) with a static controller quorum, so a
+single broker and a three-broker cluster (replication 3, ``min.insync.replicas=2``) are the
+same code. Heaps are small (a 2-core, 24 GiB machine runs three brokers next to Spark JVMs).
+
+A node that fails to start raises :class:`BrokerError` with the last lines of its log instead
+of hanging. :meth:`KafkaCluster.kill` and :meth:`KafkaCluster.restart` give the conformance
+grid its "broker killed" failure: ``kill -9`` of one node, and the same node back on the same
+ports and data directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from cutover.broker import BrokerError, free_port
+
+KAFKA_LIBS_ENV = "CUTOVER_KAFKA_LIBS"
+KAFKA_HEAP_ENV = "CUTOVER_KAFKA_HEAP"
+_REPO_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "jvm" / "kafka"
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+def kafka_libs() -> Path:
+    """The folder of Kafka's jars; a sentence on how to get them when it is missing."""
+    libs = Path(os.environ.get(KAFKA_LIBS_ENV) or _REPO_CACHE)
+    if not any(libs.glob("kafka_2.13-*.jar")):
+        raise BrokerError(
+            f"no Apache Kafka jars in {libs}: run `make jvm` (Maven fetches them once), "
+            f"or set {KAFKA_LIBS_ENV} to a folder holding kafka_2.13-*.jar and its dependencies"
+        )
+    return libs
+
+
+def kafka_version() -> str:
+    jar = next(kafka_libs().glob("kafka_2.13-*.jar"))
+    return jar.stem.removeprefix("kafka_2.13-")
+
+
+@dataclass
+class KafkaNode:
+    """One combined broker+controller JVM: its ports, data directory and process."""
+
+    node_id: int
+    port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class KafkaCluster:
+    """``size`` Apache Kafka nodes on loopback; a context manager that always cleans up."""
+
+    size: int = 1
+    root: Path | None = None
+    nodes: list[KafkaNode] = field(default_factory=list)
+    cluster_id: str = field(
+        default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    )
+    _own_root: bool = False
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.address for n in self.nodes)
+
+    @property
+    def replication(self) -> int:
+        return min(3, self.size)
+
+    def start(self, timeout: float = 90.0) -> KafkaCluster:
+        libs = kafka_libs()
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="cutover-kafka-"))
+            self._own_root = True
+        self.nodes = [KafkaNode(i + 1) for i in range(self.size)]
+        (self.root / "log4j2.properties").write_text(_LOG4J2)
+        try:
+            for node in self.nodes:
+                self._write_config(node)
+                self._format(libs, node)
+            for node in self.nodes:
+                self._launch(libs, node)
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _node_dir(self, node: KafkaNode) -> Path:
+        assert self.root is not None
+        return self.root / f"node-{node.node_id}"
+
+    def _write_config(self, node: KafkaNode) -> None:
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        rf, isr = self.replication, 2 if self.size >= 3 else 1
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},"
+                         f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": self._node_dir(node) / "data",
+            # Tests create every topic explicitly, as production should: an auto-created topic
+            # would hide a missing create step.
+            "auto.create.topics.enable": "false",
+            "num.partitions": 1,
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": 4,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "transaction.state.log.num.partitions": 4,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+            "group.initial.rebalance.delay.ms": 0,
+            "num.network.threads": 2,
+            "num.io.threads": 2,
+            "num.recovery.threads.per.data.dir": 1,
+            "log.cleaner.threads": 1,
+            "log.cleaner.dedupe.buffer.size": 8 * 1024 * 1024,
+            "log.segment.bytes": 16 * 1024 * 1024,
+            "group.consumer.min.session.timeout.ms": 1000,
+            "group.min.session.timeout.ms": 1000,
+            "unclean.leader.election.enable": "false",
+            # A killed node is noticed in ~3 s instead of 9 (the "broker killed" grid cells).
+            "broker.heartbeat.interval.ms": 500,
+            "broker.session.timeout.ms": 3000,
+        }
+        path = self._node_dir(node) / "server.properties"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _java(self, libs: Path, main: str, *args: str, heap: str) -> list[str]:
+        assert self.root is not None
+        return [
+            "java", f"-Xmx{heap}", "-Xms64m", "-XX:+UseSerialGC", "-Xss1m",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+            "-cp", f"{libs}/*", main, *args,
+        ]
+
+    def _format(self, libs: Path, node: KafkaNode) -> None:
+        config = self._node_dir(node) / "server.properties"
+        cmd = self._java(libs, "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                         "-c", str(config), "--ignore-formatted", heap="256m")
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            raise BrokerError(f"formatting Kafka node {node.node_id} failed:\n{tail}")
+
+    def log_path(self, node: KafkaNode) -> Path:
+        return self._node_dir(node) / "server.log"
+
+    def _launch(self, libs: Path, node: KafkaNode) -> None:
+        heap = os.environ.get(KAFKA_HEAP_ENV) or ("768m" if self.size == 1 else "512m")
+        cmd = self._java(libs, "kafka.Kafka", str(self._node_dir(node) / "server.properties"),
+                         heap=heap)
+        with self.log_path(node).open("ab") as log:
+            node.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def log_tail(self, node: KafkaNode, lines: int = 25) -> str:
+        try:
+            text = self.log_path(node).read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _wait_ready(self, timeout: float, nodes: list[KafkaNode] | None = None) -> None:
+        """Until each node answers metadata itself and sees every node registered."""
+        deadline = time.monotonic() + timeout
+        want = {n.node_id for n in self.nodes if n.process is not None}
+        pending = list(nodes or self.nodes)
+        last = "no answer"
+        while pending and time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.process is not None and node.process.poll() is not None:
+                    raise BrokerError(
+                        f"Kafka node {node.node_id} exited with code {node.process.returncode} "
+                        f"while starting; last lines of {self.log_path(node)}:\n"
+                        f"{self.log_tail(node)}"
+                    )
+            node = pending[0]
+            try:
+                admin = AdminClient({"bootstrap.servers": node.address, "log_level": 0})
+                meta = admin.list_topics(timeout=2.0)
+                have = set(meta.brokers)
+                if meta.orig_broker_id == node.node_id and want <= have:
+                    pending.pop(0)
+                    continue
+                last = f"node {node.node_id} sees brokers {sorted(have)}, wants {sorted(want)}"
+            except KafkaException as exc:
+                last = f"node {node.node_id}: {exc}"
+            time.sleep(0.2)
+        if not pending:
+            return
+        tails = "\n".join(f"-- node {n.node_id}:\n{self.log_tail(n, 10)}" for n in self.nodes)
+        raise BrokerError(
+            f"Apache Kafka at {self.bootstrap} was not ready within {timeout:.0f}s ({last}); "
+            f"last log lines:\n{tails}"
+        )
+
+    def node(self, node_id: int) -> KafkaNode:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"no Kafka node {node_id} in this cluster")
+
+    def leader(self, topic: str, partition: int) -> int:
+        """The node id that leads ``topic``/``partition`` now."""
+        live = [n.address for n in self.nodes if n.process is not None]
+        meta = AdminClient({"bootstrap.servers": ",".join(live)}).list_topics(topic, timeout=10)
+        return int(meta.topics[topic].partitions[partition].leader)
+
+    def kill(self, node_id: int) -> None:
+        """``kill -9`` one node: no flush, no controlled shutdown."""
+        node = self.node(node_id)
+        proc, node.process = node.process, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+    def restart(self, node_id: int, timeout: float = 90.0) -> None:
+        """Bring a killed node back on its ports and data, and wait until it is registered."""
+        node = self.node(node_id)
+        if node.process is not None:
+            raise BrokerError(f"Kafka node {node_id} is running; kill it first")
+        self._launch(kafka_libs(), node)
+        self._wait_ready(timeout, [node])
+
+    def stop(self) -> None:
+        """Kill every node and delete what it wrote (the data is thrown away, so no flush)."""
+        for n in self.nodes:
+            self.kill(n.node_id)
+        if self._own_root and self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start() if not self.nodes else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -179,7 +179,8 @@ class KafkaCluster:
 
     def _format(self, libs: Path, node: KafkaNode) -> None:
         config = self._node_dir(node) / "server.properties"
-        cmd = self._java(libs, "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+        cmd = self._java(libs, "kafka.tools.StorageTool", "format",
+                         f"--cluster-id={self.cluster_id}",  # an id may start with "-"
                          "-c", str(config), "--ignore-formatted", heap="256m")
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:

@@ -54,6 +54,7 @@ from router.identity import IdentityFn, identity_function
 from router.kafka_io import (
     BrokerUnavailable,
     client_conf,
+    offsets_range,
     partitions_of,
     read_to_end,
     wait_for_broker,
@@ -621,7 +622,7 @@ class DataPath:
                 continue
             tp = TopicPartition(owned.route.settings.output, owned.partition)
             try:
-                _, latest = self._probe.get_watermark_offsets(tp, timeout=10, cached=False)
+                _, latest = offsets_range(self._probe, tp)
             except KafkaException as exc:
                 raise RuntimeError(f"cannot read the end of output {tp.topic}:{tp.partition} "
                                    f"({exc}); refusing to write it unchecked") from None

@@ -4,6 +4,7 @@ its end (the Fetch high watermark, which is right on every broker)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -86,6 +87,47 @@ def partitions_of(conf: dict[str, Any], topic: str) -> int | None:
     return len(t.partitions)
 
 
+# Errors a partition's offsets query gives while leadership moves (a broker died or restarts):
+# worth asking again, as the producer and consumer do on their own.
+_TRANSIENT = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD, KafkaError._UNKNOWN_PARTITION,
+    KafkaError._DESTROY_BROKER,  # a broker handle dropped when metadata lost the broker
+    getattr(KafkaError, "FENCED_LEADER_EPOCH", -1), getattr(KafkaError, "UNKNOWN_LEADER_EPOCH", -1),
+    getattr(KafkaError, "OFFSET_NOT_AVAILABLE", -1),
+})
+
+
+def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0
+                  ) -> tuple[int, int]:
+    """(low, high) of ``tp`` asked of its leader (ListOffsets), retried while leadership moves
+    (``NOT_LEADER_FOR_PARTITION`` and the like, measured for ~3 s after a leader's kill -9),
+    up to ``timeout``; any other error, or one that lasts, is raised."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=min(10.0, timeout),
+                                                       cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code not in _TRANSIENT or time.monotonic() + delay > deadline:
+                raise
+            log.info("offsets of %s:%d: %s; asking again", tp.topic, tp.partition,
+                     err.str() if isinstance(err, KafkaError) else exc)
+            time.sleep(delay)
+            # The client's cached leader may be the dead broker: a metadata request for the
+            # topic refreshes it (a query alone does not, measured: "Unknown partition" for
+            # 30 s after a leader's kill -9).
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(tp.topic, timeout=5.0)
+            delay = min(delay * 2, 2.0)
+
+
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "group.id": f"cutover-reader-{os.getpid()}-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "enable.partition.eof": True,
@@ -114,8 +156,7 @@ def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | N
     try:
         pos: dict[int, int] = {}
         for p, o in partitions.items():
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
-                                                       cached=False)
+            low, high = offsets_range(consumer, TopicPartition(topic, p))
             if low == high:
                 continue  # empty log: nothing to read, whatever the start
             pos[p] = o

@@ -28,6 +28,8 @@ COLUMNS = ("#", "sources", "divergence", "idle", "failure", "identity", "handove
 
 
 def progress_line(i: int, n: int, r: CellResult) -> str:
+    if r.not_applicable is not None:
+        return f"[{i:2}/{n}] N/A  {r.cell.id}: {r.not_applicable}"
     mark = "PASS" if r.passed else "FAIL"
     return (f"[{i:2}/{n}] {mark} {r.cell.id}: expected={r.expected} forwarded={r.forwarded} "
             f"lost={r.lost} dup={r.duplicated} wrong={r.wrong_version} "

@@ -61,6 +61,19 @@ def ensure_registered(spark: Any) -> None:
     spark._cutover_kafka_registered = jss
 
 
+_said_reader: list[bool] = []
+
+
+def _say_reader(python: bool) -> None:
+    """Say once which connector serves the job's Kafka reads (users ask; tests check it)."""
+    if _said_reader or (_settings is not None and _settings.quiet):
+        return
+    _said_reader.append(python)
+    which = ("the pure-Python source (Spark's Kafka connector is not on the classpath)"
+             if python else "Spark's Kafka connector (spark-sql-kafka-0-10)")
+    print(f"cutover tag: Kafka reads served by {which}", file=sys.stderr, flush=True)
+
+
 def _orig(cls: type, name: str) -> Any:
     return _originals[(cls, name)]
 
@@ -96,9 +109,12 @@ def install(settings: TagSettings) -> None:
         original = _originals.get((cls, "format"), cls.format)
 
         def format(self: Any, source: str) -> Any:
-            if _is_kafka(source) and use_python_kafka(self._spark):
-                ensure_registered(self._spark)
-                source = PY_KAFKA
+            if _is_kafka(source):
+                python = use_python_kafka(self._spark)
+                _say_reader(python)
+                if python:
+                    ensure_registered(self._spark)
+                    source = PY_KAFKA
             return original(self, source)
 
         return format

@@ -25,16 +25,33 @@ TEST_JOBS = Path(__file__).resolve().parent / "jobs"
 
 SPARK_SUBMIT_ARGS = ("--master local[2] --driver-memory 1g "
                      "--conf spark.sql.shuffle.partitions=2 --conf spark.ui.enabled=false "
-                     "--conf spark.sql.session.timeZone=UTC pyspark-shell")
+                     "--conf spark.sql.session.timeZone=UTC")
+# Spark's own Kafka connector (spark-sql-kafka-0-10 and the jars pyspark lacks), fetched by
+# `make jvm`; the jobs run with it on the classpath, as users run them.
+CONNECTOR_JARS_ENV = "CUTOVER_SPARK_KAFKA_JARS"
+CONNECTOR_DIR = REPO / ".cache" / "jvm" / "spark-kafka"
 
 
-def spark_env() -> dict[str, str]:
+def connector_jars() -> list[Path]:
+    """The connector's jars; a clear failure when they were not fetched."""
+    folder = Path(os.environ.get(CONNECTOR_JARS_ENV) or CONNECTOR_DIR)
+    jars = sorted(folder.glob("*.jar"))
+    if not any(j.name.startswith("spark-sql-kafka-0-10") for j in jars):
+        raise RuntimeError(f"no spark-sql-kafka-0-10 jar in {folder}: run `make jvm`, or set "
+                           f"{CONNECTOR_JARS_ENV} to a folder holding the connector's jars")
+    return jars
+
+
+def spark_env(connector: bool = True) -> dict[str, str]:
+    """The environment of a ``cutover tag`` run: local mode, small, UTC; with Spark's Kafka
+    connector on the classpath unless ``connector`` is False."""
+    jars = f" --jars {','.join(map(str, connector_jars()))}" if connector else ""
     env = dict(os.environ)
     env.update({
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYSPARK_SUBMIT_ARGS": SPARK_SUBMIT_ARGS,
+        "PYSPARK_SUBMIT_ARGS": f"{SPARK_SUBMIT_ARGS}{jars} pyspark-shell",
         "PYTHONUNBUFFERED": "1",
     })
     return env

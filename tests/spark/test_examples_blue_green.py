@@ -79,6 +79,8 @@ def side_by_side(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Si
     for name, run in runs.items():
         code = run.wait(600)
         assert code == 0, f"{name} exited {code}:\n{run.tail()}"
+        # as users run them: Spark's own connector reads, the tagging sink writes
+        assert "Kafka reads served by Spark's Kafka connector" in run.text(), run.tail()
     return SideBySide(
         orders=orders_by_position(read_topic(bootstrap, tin)),
         raw=read_topic(bootstrap, raw),

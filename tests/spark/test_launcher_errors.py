@@ -14,9 +14,10 @@ from spark_tagger.cli import submit_args
 from spark_tagger.testing import EventSpec, make_orders, read_topic, write_orders
 
 
-def _run(cmd: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=spark_env(),
-                          cwd=REPO, stdin=subprocess.DEVNULL)
+def _run(cmd: list[str], timeout: float = 180, connector: bool = True
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=spark_env(connector), cwd=REPO, stdin=subprocess.DEVNULL)
 
 
 @pytest.mark.parametrize("version", ["blue green", "", "x" * 65, "v1/2", "grün"])
@@ -56,18 +57,25 @@ def test_undeterminable_event_time_stops_at_start_saying_what_to_pass(
 
 @pytest.mark.spark
 @pytest.mark.broker
-def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("connector", [True, False], ids=["jvm-connector", "no-connector"])
+def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: Path,
+                                                      connector: bool) -> None:
     """The same job with ``--event-time timestamp``: the Kafka timestamp of the input record,
-    a column the job's final select dropped."""
+    a column the job's final select dropped. With Spark's Kafka connector on the classpath it
+    serves the job's reads (streaming and batch); without it the pure-Python source does
+    (``--kafka-source auto``); the tagging sink writes either way."""
     tin, tout = f"etflag-in-{uuid.uuid4().hex[:8]}", f"etflag-out-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {tin: 2, tout: 3})
     write_orders(bootstrap, tin, make_orders(EventSpec(count=30)))
     res = _run(tag_command("v2.0-rc_1", TEST_JOBS / "no_watermark.py",
                            [bootstrap, tin, tout, str(tmp_path / "ck")],
-                           flags=["--event-time", "timestamp"]))
+                           flags=["--event-time", "timestamp"]), connector=connector)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "event time: --event-time timestamp" in res.stderr
-    assert "records written: 30" in res.stdout  # batch read("kafka") served by cutover_kafka
+    reader = ("Spark's Kafka connector (spark-sql-kafka-0-10)" if connector
+              else "the pure-Python source")
+    assert f"cutover tag: Kafka reads served by {reader}" in res.stderr
+    assert "records written: 30" in res.stdout  # the job's batch read("kafka") of its output
     sent = {(r.key, (r.value or b"").decode().upper().encode()): r.timestamp
             for r in read_topic(bootstrap, tin)}
     data = [r for r in read_topic(bootstrap, tout) if r.header("bg.kind") is None]

@@ -17,7 +17,8 @@ from faust.app.base import BootStrategy
 from faust.web import Request, Response, View
 
 from cutover.settings import RouterSettings
-from router.datapath import DataPath, RouterConfigError
+from router.datapath import DataPath
+from router.errors import RouterConfigError
 
 log = logging.getLogger("cutover.router")
 

@@ -3,7 +3,7 @@ topics.
 
 The CLI reads the newest status message of every worker, keeps for each partition the newest
 message that lists it, and recomputes readiness over all partitions with
-:func:`router.readiness.readiness`, the same function the workers use.
+:func:`cutover.readiness.readiness`, the same function the workers use.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from cutover.plan import (
     sign_plan,
     utcnow,
 )
+from cutover.readiness import PartitionProgress, progress_of, readiness
 from cutover.settings import SettingsError, load_settings
 from cutover.status import (
     Counters,
@@ -51,7 +52,6 @@ from router.kafka_io import (
     reader_conf,
     wait_for_broker,
 )
-from router.readiness import PartitionProgress, progress_of, readiness
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -11,7 +11,7 @@ from cutover.settings import Handover, RouterSettings
 from cutover.status import PartitionStatus, RouteStatus, TransitionState, parse_status
 from router.decision import Incoming, PartitionRouter
 from router.identity import identity_function
-from router.operator import RouteView
+from router.operator import PartitionReport, RouteView
 from router.status_publisher import StatusBoard
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -57,7 +57,8 @@ def test_published_status_carries_each_partitions_epoch_and_pinned_boundary() ->
 def _view(*parts: tuple[int, PartitionStatus, int | None]) -> RouteView:
     v = RouteView("r", plan=make_plan(2, (None, "blue"), (100, "green")), num_partitions=2)
     for p, ps, msg_epoch in parts:
-        v.partitions[p] = (ps, ps.epoch if ps.epoch is not None else msg_epoch, "w", T0)
+        v.partitions[p] = PartitionReport(ps, ps.epoch if ps.epoch is not None else msg_epoch,
+                                          "w", T0)
     return v
 
 

@@ -28,8 +28,8 @@ from cutover.broker import EmbeddedBroker, create_topics, free_port, wait_until_
 from cutover.cli import CliError
 from cutover.cli.cluster import target_of
 from cutover.cli.demo_report import fmt, summarize
+from cutover.cli.orders import EventSpec, make_orders
 from router.operator import RouteView, read_views
-from spark_tagger.testing import EventSpec, make_orders
 
 ROUTE = "totals"
 WINDOW_MS = 10_000

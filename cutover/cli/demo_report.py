@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cutover.cli.orders import Order
 from router.operator import RouteView
-from spark_tagger.testing import Order
 
 
 def fmt(ms: int | None) -> str:

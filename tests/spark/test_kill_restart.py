@@ -26,8 +26,9 @@ from spark_test_support import (
 )
 
 from cutover.broker import create_topics
+from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, VERSION, parse_headers
-from spark_tagger.testing import EventSpec, RawRecord, make_orders, read_topic, write_orders
+from tests.topics import RawRecord, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

@@ -27,3 +27,8 @@ class OutputWriteFailed(RouterError):
 
 class CheckpointWriteFailed(RouterError):
     """A batch's checkpoint was not stored, so its output is not produced."""
+
+
+class DataPathStopped(RouterError):
+    """The data path ended without being asked to (after one of the errors above, logged, or
+    a broker that never answered): the Faust worker stops too."""

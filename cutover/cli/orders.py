@@ -78,6 +78,10 @@ def make_orders(spec: EventSpec) -> list[Order]:
     return out
 
 
+class OrdersNotWritten(RuntimeError):
+    """The broker did not take every order (the message names the topic and the errors)."""
+
+
 def write_orders(bootstrap: str, topic: str, orders: Iterable[Order],
                  partitions: int | None = None) -> int:
     """Produce the orders keyed by customer, on Kafka's default partition for the key."""
@@ -95,7 +99,7 @@ def write_orders(bootstrap: str, topic: str, orders: Iterable[Order],
         producer.poll(0)
         count += 1
     if producer.flush(60) or errors:
-        raise RuntimeError(f"writing input to {topic} failed: {errors[:3]}")
+        raise OrdersNotWritten(f"writing input to {topic} failed: {errors[:3]}")
     return count
 
 

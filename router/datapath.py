@@ -31,6 +31,7 @@ import os
 import socket
 import threading
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -127,7 +128,7 @@ class DataPath:
             self._shutdown()
 
     def _make_consumer(self) -> Consumer:
-        extra: dict[str, object] = {
+        extra: dict[str, Any] = {
             "group.id": self.settings.group_id, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
             "enable.partition.eof": False, "queued.max.messages.kbytes": 262144,

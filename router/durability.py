@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, bytes | None]]   # a Kafka record's headers
 
 # Rebuild marks kept at most; dropping the older half only moves rebuild_from earlier (safe).
 MAX_REBUILD_MARKS = 10_000

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cutover.cli import CliError
 from cutover.cli.orders import Order
 from router.operator import RouteView
 
@@ -30,6 +31,10 @@ class Rec:
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name)
+
+    def tag(self, name: str) -> str:
+        """A header every tagged record carries (bg.version, bg.event_time)."""
+        return self.headers[name]
 
 
 def read_all(bootstrap: str, topic: str) -> list[Rec]:
@@ -50,8 +55,10 @@ def summarize(bootstrap: str, v: RouteView, orders: list[Order], switched_at: fl
     raw = read_all(bootstrap, "demo.totals.raw")
     output = read_all(bootstrap, "demo.totals")
     dlq = read_all(bootstrap, "demo.totals.dlq")
-    plan = v.plan
-    _, _, boundary = plan.transition
+    transition = v.plan.transition if v.plan is not None else None
+    if transition is None:
+        raise CliError("the route has no transition to summarize; see the router's log", 1)
+    _, _, boundary = transition
     bound_p = {p: ps.boundary if ps.boundary is not None else boundary
                for p, (ps, *_rest) in v.partitions.items()}
     final_wm = {p: ps.watermarks for p, (ps, *_rest) in v.partitions.items()}
@@ -71,11 +78,11 @@ def summarize(bootstrap: str, v: RouteView, orders: list[Order], switched_at: fl
     wrong_version = wrong_value = 0
     by_version: Counter[str] = Counter()
     for r in output:
-        body = json.loads(r.value)
-        end = int(r.header("bg.event_time"))
+        body = json.loads(r.value or b"null")
+        end = int(r.tag("bg.event_time"))
         k = (body["customer"], end)
         seen[k] += 1
-        ver = r.header("bg.version")
+        ver = r.tag("bg.version")
         by_version[ver] += 1
         if k in expected and expected[k] != ver:
             wrong_version += 1
@@ -83,7 +90,7 @@ def summarize(bootstrap: str, v: RouteView, orders: list[Order], switched_at: fl
             wrong_value += 1
     lost = sum(1 for k in expected if k not in seen)
     duplicated = sum(n - 1 for n in seen.values() if n > 1)
-    raw_data = Counter(r.header("bg.version") for r in raw if r.header("bg.kind") != "heartbeat")
+    raw_data = Counter(r.tag("bg.version") for r in raw if r.header("bg.kind") != "heartbeat")
     stamps = sorted(r.timestamp for r in output)
     near = [b - a for a, b in itertools.pairwise(stamps)
             if switched_at - 30 <= b <= cleared_at + 30]
@@ -137,12 +144,12 @@ def draw_timeline(png: Path, output: list[Any], raw: list[Any], boundary: int) -
     import matplotlib.pyplot as plt
 
     colours = {"blue": "#1f77b4", "green": "#2ca02c"}
-    t0 = min((int(r.header("bg.event_time")) for r in output), default=boundary)
+    t0 = min((int(r.tag("bg.event_time")) for r in output), default=boundary)
     bucket = 60_000
     counts: dict[str, Counter[int]] = defaultdict(Counter)
     for r in output:
-        t = int(r.header("bg.event_time"))
-        counts[r.header("bg.version")][(t - t0) // bucket] += 1
+        t = int(r.tag("bg.event_time"))
+        counts[r.tag("bg.version")][(t - t0) // bucket] += 1
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
     buckets = sorted({b for c in counts.values() for b in c})
     bottom = [0] * len(buckets)
@@ -162,7 +169,7 @@ def draw_timeline(png: Path, output: list[Any], raw: list[Any], boundary: int) -
     for r in raw:
         w = r.header("bg.watermark")
         if w is not None:
-            wm[r.header("bg.version")].append(((int(w) - t0) / bucket, r.timestamp))
+            wm[r.tag("bg.version")].append(((int(w) - t0) / bucket, r.timestamp))
     start = min((ts for pts in wm.values() for _, ts in pts), default=0)
     for version, pts in sorted(wm.items()):
         pts.sort(key=lambda p: p[1])

@@ -12,10 +12,9 @@ from router.durability import Ahead, Durability, Ref
 RETENTION = 1000
 
 
-def fresh(**kw: object) -> Durability:
-    base: dict[str, object] = {"next_offsets": {"a": 0, "b": 0}, "out_pos": 0, "known_end": 0,
-                               "rebuild_from": 0}
-    return Durability(**(base | kw))  # type: ignore[arg-type]
+def fresh(out_pos: int = 0, known_end: int = 0) -> Durability:
+    return Durability(next_offsets={"a": 0, "b": 0}, out_pos=out_pos, known_end=known_end,
+                      rebuild_from=0)
 
 
 def deliver(d: Durability) -> None:

@@ -35,6 +35,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(JVM_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 test-all: $(STAMP) $(JVM_STAMP)
@@ -48,6 +49,7 @@ conformance: $(STAMP) $(JVM_STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

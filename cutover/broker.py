@@ -11,50 +11,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import subprocess
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-if TYPE_CHECKING:
-    from cutover.kafka_broker import KafkaCluster
+from cutover.broker_base import BrokerError, free_port, wait_until_ready
+from cutover.kafka_broker import KafkaCluster, kafka_version
+from cutover.tansu import EmbeddedBroker, is_tansu, tansu_end_offsets, tansu_version
+
+__all__ = ["BrokerError", "BrokerUnderTest", "broker_for_tests", "create_topics",
+           "end_offsets", "free_port", "partition_count", "wait_until_ready"]
 
 EXTERNAL_BOOTSTRAP_ENV = "CUTOVER_TEST_BOOTSTRAP"
 TEST_BROKER_ENV = "CUTOVER_TEST_BROKER"
 TEST_BROKERS = ("kafka", "tansu")
-
-
-class BrokerError(RuntimeError):
-    """A broker could not be started, did not answer, or lacks a topic a caller needs."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until_ready(
-    bootstrap: str, timeout: float = 20.0, process: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Block until the broker answers a metadata request."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise BrokerError(f"broker exited with code {process.returncode} while starting")
-        try:
-            AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(timeout=1.0)
-            return
-        except KafkaException as exc:
-            last = exc
-            time.sleep(0.1)
-    raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:.0f}s ({last})")
 
 
 def test_broker_kind() -> str:
@@ -101,13 +73,9 @@ def broker_for_tests(size: int = 1, kind: str | None = None) -> Iterator[BrokerU
         yield BrokerUnderTest(external, "external", "?")
         return
     if (kind or test_broker_kind()) == "tansu":
-        from cutover.tansu import EmbeddedBroker, tansu_version
-
         with EmbeddedBroker() as broker:
             yield BrokerUnderTest(broker.bootstrap, "tansu", tansu_version())
         return
-    from cutover.kafka_broker import KafkaCluster, kafka_version
-
     with KafkaCluster(size=size) as cluster:
         yield BrokerUnderTest(cluster.bootstrap, "kafka", kafka_version(), size, cluster)
 
@@ -160,8 +128,6 @@ def end_offsets(
     bootstrap: str, topic: str, extra: dict[str, str] | None = None, timeout: float = 10.0
 ) -> dict[int, int]:
     """The end offset (high watermark) of every partition: ListOffsets on Apache Kafka."""
-    from cutover.tansu import is_tansu, tansu_end_offsets
-
     n = partition_count(bootstrap, topic, extra)
     if is_tansu(bootstrap, extra):
         return tansu_end_offsets(bootstrap, topic, n, extra, timeout)

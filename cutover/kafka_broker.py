@@ -29,7 +29,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from cutover.broker import BrokerError, free_port
+from cutover.broker_base import BrokerError, free_port
 
 KAFKA_LIBS_ENV = "CUTOVER_KAFKA_LIBS"
 KAFKA_HEAP_ENV = "CUTOVER_KAFKA_HEAP"

@@ -29,7 +29,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from cutover.broker import BrokerError, free_port, wait_until_ready
+from cutover.broker_base import BrokerError, free_port, wait_until_ready
 
 TANSU_CLUSTER_ID = "tansu_cluster"
 
@@ -42,7 +42,8 @@ def _cluster_id(bootstrap: str, extra: tuple[tuple[str, str], ...]) -> str | Non
         )
     except KafkaException:
         return None
-    return meta.cluster_id
+    cluster_id: str | None = meta.cluster_id
+    return cluster_id
 
 
 def is_tansu(bootstrap: str, extra: dict[str, str] | None = None) -> bool:

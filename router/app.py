@@ -17,7 +17,8 @@ from faust.app.base import BootStrategy
 from faust.web import Request, Response, View
 
 from cutover.settings import RouterSettings
-from router.datapath import DataPath, RouterConfigError
+from router.datapath import DataPath
+from router.errors import DataPathStopped, RouterConfigError
 
 log = logging.getLogger("cutover.router")
 
@@ -53,14 +54,15 @@ class DataPathService(faust.Service):
             self.exit_code = 1
         if not self.engine.stop_event.is_set():
             self.engine.stop()
-            await self.crash(RuntimeError("router data path stopped"))
+            await self.crash(DataPathStopped("router data path stopped"))
 
     async def on_stop(self) -> None:
         self.engine.stop()
 
 
-def build_app(settings: RouterSettings, worker_id: str | None = None) -> tuple[RouterApp,
-                                                                               DataPath]:
+def build_app(settings: RouterSettings, worker_id: str | None = None
+              ) -> tuple[RouterApp, DataPathService]:
+    """The Faust app of one worker and the service that runs its data path."""
     engine = DataPath(settings, worker_id)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     web = settings.http_port is not None
@@ -94,17 +96,16 @@ def build_app(settings: RouterSettings, worker_id: str | None = None) -> tuple[R
             return self.json({"ready": ok}, status=200 if ok else 503)
 
     del StatusView, MetricsView, HealthView
-    app.router_service = service  # type: ignore[attr-defined]
-    return app, engine
+    return app, service
 
 
 def run_worker(settings: RouterSettings, loglevel: str = "INFO") -> int:
     """Start a worker and block until it stops; return the exit code."""
-    app, _engine = build_app(settings)
+    app, service = build_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-        return app.router_service.exit_code or code  # type: ignore[attr-defined]
-    return app.router_service.exit_code  # type: ignore[attr-defined]
+        return service.exit_code or code
+    return service.exit_code

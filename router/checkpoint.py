@@ -6,7 +6,7 @@ of their own (the ``checkpoint_topic`` setting, default ``<group_id>.checkpoints
 durable *before* any output of that batch is produced, so the newest checkpoint's state always
 covers every decision whose output may exist, and its resume offsets do not pass any record
 whose output is not yet delivered; with pinned boundaries, re-deciding records from the
-checkpoint's offsets with that state gives the same decisions (see router.datapath).
+checkpoint's offsets with that state gives the same decisions (see router.durability).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cutover.plan import utcnow
 from router.decision import PartitionSnapshot
+from router.errors import CheckpointWriteFailed
 from router.kafka_io import read_to_end
 
 
@@ -87,5 +88,6 @@ def write_checkpoints(producer: Producer, topic: str, checkpoints: list[Checkpoi
                          value=ck.model_dump_json().encode(), on_delivery=on_delivery)
     left = producer.flush(timeout)
     if errors or left:
-        raise RuntimeError(f"checkpoint write to {topic} failed: "
-                           f"{errors[0] if errors else f'{left} not delivered'}")
+        raise CheckpointWriteFailed(f"checkpoint write to {topic} failed: "
+                                    f"{errors[0] if errors else f'{left} not delivered'}; the "
+                                    "batch's output is not written")

@@ -8,6 +8,8 @@ a plan_rejected event; nothing on the control topic can stop a worker.
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -20,7 +22,26 @@ from router.kafka_io import partitions_of, read_to_end, reader_conf
 
 log = logging.getLogger("cutover.router")
 
-ControlEvent = tuple[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanAccepted:
+    """A plan with a newer epoch than the one held: every owned partition applies it."""
+
+    plan: CutoverPlan
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRefused:
+    """A control record that did not become the plan: invalid, or ``stale`` (an epoch not
+    above the one held). Published as a plan_rejected status event."""
+
+    route: str | None
+    rejected: PlanRejected
+    stale: bool = False
+
+
+ControlEvent = PlanAccepted | PlanRefused
 
 
 class ControlReader:
@@ -38,8 +59,6 @@ class ControlReader:
 
     def catch_up(self, timeout: float = 60.0) -> list[ControlEvent]:
         """Read every partition to its end (quietly: replays are not news)."""
-        import time
-
         events: list[ControlEvent] = []
         pending = set(range(self.partitions))
         deadline = time.monotonic() + timeout
@@ -51,7 +70,7 @@ class ControlReader:
                         pending.discard(msg.partition())
                     continue
                 ev = self._offer(msg.key(), msg.value())
-                if ev is not None and ev[0] != "stale":
+                if ev is not None and not (isinstance(ev, PlanRefused) and ev.stale):
                     events.append(ev)
         if pending:
             log.warning("control topic %s: partitions %s not read to the end at start",
@@ -77,26 +96,25 @@ class ControlReader:
         if route is not None and route not in self.routes:
             return None  # another deployment's route
         if route is None:
-            return ("rejected", (None, PlanRejected("control record has no (UTF-8) key; the "
-                                                    "key is the route name")))
+            return PlanRefused(None, PlanRejected("control record has no (UTF-8) key; the key "
+                                                  "is the route name"))
         try:
             kind, outcome = self.book.offer(route, value)
         except Exception as exc:  # a plan must never stop a worker
-            return ("rejected", (route, PlanRejected(f"unreadable plan ({exc})")))
-        if kind == "accepted":
-            log.info("route %s: accepted plan epoch %d", route, outcome.epoch)  # type: ignore[union-attr]
-            return ("accepted", outcome)
-        if kind == "rejected":
+            return PlanRefused(route, PlanRejected(f"unreadable plan ({exc})"))
+        if isinstance(outcome, PlanRejected):
             log.warning("route %s: rejected plan: %s", route, outcome)
-            return ("rejected", (route, outcome))
-        plan: CutoverPlan = outcome  # type: ignore[assignment]
+            return PlanRefused(route, outcome)
+        if kind == "accepted":
+            log.info("route %s: accepted plan epoch %d", route, outcome.epoch)
+            return PlanAccepted(outcome)
         held = self.book.plans[route]
-        if plan == held:
+        if outcome == held:
             return None  # a replay of the plan held
-        return ("stale", (route, PlanRejected(
-            f"stale plan: epoch {plan.epoch} is not greater than the epoch held "
-            f"({held.epoch}); publish epoch {held.epoch + 1} or later", epoch=plan.epoch,
-            route=route)))
+        return PlanRefused(route, PlanRejected(
+            f"stale plan: epoch {outcome.epoch} is not greater than the epoch held "
+            f"({held.epoch}); publish epoch {held.epoch + 1} or later", epoch=outcome.epoch,
+            route=route), stale=True)
 
     def close(self) -> None:
         self.consumer.close()

@@ -17,10 +17,9 @@ below ``H`` stays as decided.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -120,11 +119,12 @@ class PartitionCounters:
     suppressed: dict[str, int] = field(default_factory=dict)
 
 
-class DedupLookup:
-    """The part of the dedup store the rule needs (``router.dedup_store.DedupStore`` has it)."""
+class DedupLookup(Protocol):
+    """The part of the dedup store the rule needs (``router.dedup_store.DedupStore`` has it;
+    the unit tests use a set)."""
 
-    def __contains__(self, identity: bytes) -> bool: ...  # pragma: no cover
-    def add(self, identity: bytes, event_time: int) -> None: ...  # pragma: no cover
+    def __contains__(self, identity: bytes, /) -> bool: ...
+    def add(self, identity: bytes, event_time: int, /) -> None: ...
 
 
 class PartitionRouter:
@@ -200,6 +200,7 @@ class PartitionRouter:
             return []
         new = Timeline.of_plan(plan)
         h = self.horizon
+        pinned: tuple[int, ...]
         if self.timeline is None or h is None:
             effective, pinned = new, ()
         else:
@@ -361,12 +362,3 @@ class PartitionRouter:
             return None
         return self._bounds[-1]
 
-
-def make_router_factory(
-    *, identity: IdentityFn, retention_ms: int, ordered: bool, max_held: int
-) -> Callable[[int, DedupLookup], PartitionRouter]:
-    def make(partition: int, store: DedupLookup) -> PartitionRouter:
-        return PartitionRouter(partition, identity=identity, store=store,
-                               retention_ms=retention_ms, ordered=ordered, max_held=max_held)
-
-    return make

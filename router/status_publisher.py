@@ -4,6 +4,10 @@ each change and every ``status_interval_s``, and kept for the HTTP endpoints.
 A worker knows only its own partitions; its message lists them (with the plan epoch they run,
 which is the message's ``epoch``), and ``cutover status``/``wait`` merge the newest message of
 every worker per partition and recompute readiness over all partitions with the same function.
+
+The board is given what it publishes (the routes' partition counts, the plans held, a view of
+each owned partition's decision state, and a publish callable); it knows nothing of the data
+path that owns those.
 """
 
 from __future__ import annotations
@@ -11,22 +15,51 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from cutover.plan import PlanRejected, utcnow
+from cutover.plan import CutoverPlan, utcnow
+from cutover.readiness import PartitionProgress, progress_of, readiness
 from cutover.status import Counters, PartitionStatus, PlanRejectedEvent, RouteStatus
-from router.readiness import PartitionProgress, progress_of, readiness
-
-if TYPE_CHECKING:
-    from router.datapath import DataPath
+from router.control import ControlEvent, PlanAccepted
+from router.decision import PartitionCounters
 
 log = logging.getLogger("cutover.router")
 
 
+class PartitionView(Protocol):
+    """What the board reads of an owned partition (``router.decision.PartitionRouter``)."""
+
+    @property
+    def epoch(self) -> int | None: ...
+    @property
+    def boundary(self) -> int | None: ...
+    @property
+    def horizon(self) -> int | None: ...
+    @property
+    def watermarks(self) -> dict[str, int]: ...
+    @property
+    def pinned(self) -> tuple[int, ...]: ...
+    @property
+    def held(self) -> list[Any]: ...
+    @property
+    def counters(self) -> PartitionCounters: ...
+
+
 class StatusBoard:
-    def __init__(self, engine: DataPath) -> None:
-        self.engine = engine
+    def __init__(self, worker_id: str, *, routes: Mapping[str, int],
+                 plans: Mapping[str, CutoverPlan],
+                 partitions: Callable[[str], Mapping[int, PartitionView]],
+                 publish: Callable[[str, bytes], None], interval_s: float) -> None:
+        """``routes``: route -> number of partitions; ``plans``: route -> the plan held;
+        ``partitions(route)``: partition -> its decision state, for the partitions owned now;
+        ``publish(route, value)``: one status message. The mappings are read at each tick."""
+        self.worker_id = worker_id
+        self.routes = routes
+        self.plans = plans
+        self.partitions = partitions
+        self.publish = publish
+        self.interval_s = interval_s
         self.changed = True
         self._last_publish = 0.0
         self._last_key: dict[str, tuple[Any, ...]] = {}
@@ -37,16 +70,12 @@ class StatusBoard:
     # -- building ---------------------------------------------------------------------------
 
     def build(self, route: str) -> RouteStatus:
-        eng = self.engine
-        rt = eng.routes[route]
-        plan = eng.book.plans.get(route)
+        num_partitions = self.routes[route]
+        plan = self.plans.get(route)
         parts: dict[int, PartitionStatus] = {}
         progress: dict[int, PartitionProgress] = {}
         counters = Counters()
-        for (r, p), owned in sorted(eng.owned.items()):
-            if r != route:
-                continue
-            pr = owned.router
+        for p, pr in sorted(self.partitions(route).items()):
             held = len(pr.held)
             ps = PartitionStatus(epoch=pr.epoch, boundary=pr.boundary, horizon=pr.horizon,
                                  watermarks=dict(pr.watermarks), pinned=pr.pinned, held=held)
@@ -56,23 +85,23 @@ class StatusBoard:
             counters = counters.add(Counters(
                 forwarded=c.forwarded, suppressed=dict(c.suppressed), duplicates=c.duplicates,
                 dead_lettered=c.dead_lettered, held=held))
-        transition = readiness(plan, progress, rt.num_partitions, utcnow())
+        transition = readiness(plan, progress, num_partitions, utcnow())
         return RouteStatus(route=route, epoch=plan.epoch if plan else None,
                            transition=transition, partitions=parts,
-                           num_partitions=rt.num_partitions, counters=counters, plan=plan,
-                           worker=eng.worker_id)
+                           num_partitions=num_partitions, counters=counters, plan=plan,
+                           worker=self.worker_id)
 
     # -- publishing -------------------------------------------------------------------------
 
     def tick(self) -> None:
         now = time.monotonic()
-        periodic = now - self._last_publish >= self.engine.settings.status_interval_s
-        for route in self.engine.routes:
+        periodic = now - self._last_publish >= self.interval_s
+        for route in self.routes:
             status = self.build(route)
             key = (status.epoch, status.transition.state, tuple(status.partitions),
                    len(status.transition.holdups))
             if periodic or self.changed or key != self._last_key.get(route):
-                self._publish(route, status.model_dump_json(by_alias=True).encode())
+                self.publish(route, status.model_dump_json(by_alias=True).encode())
                 self._last_key[route] = key
             with self._lock:
                 self.latest[route] = status
@@ -80,39 +109,27 @@ class StatusBoard:
             self._last_publish = now
         self.changed = False
 
-    def control_event(self, kind: str, payload: Any) -> None:
-        if kind == "accepted":
+    def control_event(self, event: ControlEvent) -> None:
+        if isinstance(event, PlanAccepted):
             self.changed = True
             return
-        route, rejected = payload
-        assert isinstance(rejected, PlanRejected)
-        route = route or rejected.route
+        rejected = event.rejected
+        route = event.route or rejected.route
         if route is None:
             log.warning("control record rejected: %s", rejected.reason)
             return
-        event = PlanRejectedEvent(route=route, epoch=rejected.epoch, reason=rejected.reason,
-                                  plan=self.engine.book.plans.get(route),
-                                  worker=self.engine.worker_id)
+        status = PlanRejectedEvent(route=route, epoch=rejected.epoch, reason=rejected.reason,
+                                   plan=self.plans.get(route), worker=self.worker_id)
         with self._lock:
-            self.rejections[route] = event
-        self._publish(route, event.model_dump_json(by_alias=True).encode())
-
-    def _publish(self, route: str, value: bytes) -> None:
-        producer = self.engine._producer
-        if producer is None:
-            return
-        try:
-            producer.produce(self.engine.settings.status_topic, value, route.encode())
-            producer.poll(0)
-        except BufferError:
-            log.warning("status not published: producer queue full")
+            self.rejections[route] = status
+        self.publish(route, status.model_dump_json(by_alias=True).encode())
 
     # -- HTTP views -------------------------------------------------------------------------
 
     def as_json(self) -> dict[str, Any]:
         with self._lock:
             return {
-                "worker": self.engine.worker_id,
+                "worker": self.worker_id,
                 "routes": {r: s.model_dump(mode="json", by_alias=True)
                            for r, s in self.latest.items()},
                 "rejected": {r: e.model_dump(mode="json") for r, e in self.rejections.items()},

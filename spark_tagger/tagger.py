@@ -29,7 +29,7 @@ from spark_tagger.produce import ProduceError, produce_batches
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 

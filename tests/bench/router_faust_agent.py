@@ -22,7 +22,7 @@ state = {"n": 0, "t0": 0.0}
 
 
 @app.agent(raw_topic)
-async def passthrough(stream):  # type: ignore[no-untyped-def]
+async def passthrough(stream):
     async for event in stream.events():
         if state["n"] == 0:
             state["t0"] = time.monotonic()

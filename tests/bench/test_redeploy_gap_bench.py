@@ -29,8 +29,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cutover.cli import main as cutover_main
+from cutover.cli.orders import EventSpec, make_orders
 from spark_tagger.partitioner import partition_for
-from spark_tagger.testing import EventSpec, make_orders
 from tests.bench.report import load_line, record
 from tests.bench.support import (
     Child,

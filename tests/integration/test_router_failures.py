@@ -102,7 +102,7 @@ def test_two_workers_rebalance_during_switch(bootstrap: str, tmp_path: Path) -> 
         parts = env.view().partitions
         eff = {p: ps.boundary for p, (ps, *_r) in parts.items()}
         assert all(b is not None and b >= boundary for b in eff.values()), parts
-        check_output(env, events(0, N), lambda p, t: "green" if t >= eff[p] else "blue")  # type: ignore[operator]
+        check_output(env, events(0, N), lambda p, t: "green" if t >= eff[p] else "blue")
         a.assert_alive()
     finally:
         a.stop()

@@ -53,7 +53,7 @@ def test_zombie_write_after_readback_is_not_forwarded_again(bootstrap: str,
 
 
 def test_late_checkpoint_of_an_older_owner_does_not_win(bootstrap: str,
-                                                       topic_factory) -> None:  # type: ignore[no-untyped-def]
+                                                       topic_factory) -> None:
     topic = topic_factory("ckpt", partitions=1, compacted=True)
 
     def ck(gen: int, seq: int, offset: int) -> Checkpoint:

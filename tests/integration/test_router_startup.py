@@ -39,11 +39,11 @@ def test_unreachable_broker_retries_with_a_clear_message(tmp_path: Path) -> None
 @pytest.mark.broker
 def test_missing_output_topic_is_named(bootstrap: str, tmp_path: Path,
                                        topic_factory: object) -> None:
-    raw = topic_factory("raw", 2)  # type: ignore[operator]
+    raw = topic_factory("raw", 2)
     cfg = tmp_path / "router.yaml"
     cfg.write_text(yaml.safe_dump({
         "bootstrap": bootstrap, "http_port": None, "state_dir": str(tmp_path / "state"),
-        "control_topic": topic_factory("ctl", 1), "status_topic": topic_factory("st", 1),  # type: ignore[operator]
+        "control_topic": topic_factory("ctl", 1), "status_topic": topic_factory("st", 1),
         "routes": [{"name": "orders", "inputs": [raw], "output": f"missing-{raw}"}]}))
     code, out = _run(cfg, 60)
     assert code == 2, out

@@ -210,7 +210,7 @@ def test_rollback_by_a_later_plan(env: Env, router: RouterProcess) -> None:
     assert env.cli("wait", "--route", env.route, "--timeout", "60s") == 0
     evs = events(0, 900)
     env.wait_output(len(evs))
-    check_output(env, evs, lambda p, t: "green" if t1 <= t < t2 else "blue")  # type: ignore[operator]
+    check_output(env, evs, lambda p, t: "green" if t1 <= t < t2 else "blue")
 
 
 def test_dead_letter_and_plan_rejection(env: Env, router: RouterProcess) -> None:
@@ -251,7 +251,7 @@ def test_dead_letter_and_plan_rejection(env: Env, router: RouterProcess) -> None
     assert "epoch" in reasons_text and "stale" in reasons_text
     assert all(s["plan"]["epoch"] == 1 for s in rejected)  # the last good plan is kept
     router.assert_alive()
-    assert env.view().plan.epoch == 1  # type: ignore[union-attr]
+    assert env.view().plan.epoch == 1
 
 
 def test_last_good_plan_survives_a_restart(bootstrap: str, tmp_path: Path) -> None:

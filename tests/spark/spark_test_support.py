@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cutover.cli.orders import Order
 from spark_tagger.checkpoint import OffsetLogMetadata, parse_offset_log
 from spark_tagger.tagger import BatchReport
-from spark_tagger.testing import Order, RawRecord
+from tests.topics import RawRecord
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = REPO / "examples" / "jobs"

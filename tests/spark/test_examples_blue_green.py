@@ -30,9 +30,10 @@ from spark_test_support import (
 )
 
 from cutover.broker import create_topics
+from cutover.cli.orders import EventSpec, Order, make_orders, write_orders
 from cutover.headers import BATCH, EVENT_TIME, KIND, VERSION, WATERMARK, parse_headers
 from spark_tagger.partitioner import partition_for
-from spark_tagger.testing import EventSpec, Order, RawRecord, make_orders, read_topic, write_orders
+from tests.topics import RawRecord, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

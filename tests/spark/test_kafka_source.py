@@ -16,7 +16,7 @@ from cutover.broker import create_topics, end_offsets
 from spark_tagger.kafka_source import rate_limit, source_schema
 from spark_tagger.options import KafkaOptionError, SourceOptions
 from spark_tagger.partitioner import partition_for
-from spark_tagger.testing import read_topic
+from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

@@ -26,8 +26,9 @@ from spark_test_support import (
 )
 
 from cutover.broker import create_topics
+from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, VERSION, parse_headers
-from spark_tagger.testing import EventSpec, RawRecord, make_orders, read_topic, write_orders
+from tests.topics import RawRecord, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -70,12 +71,12 @@ def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     tin, tout = f"kill-in-{uuid.uuid4().hex[:8]}", f"kill-out-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {tin: PARTITIONS, tout: PARTITIONS})
     write_orders(bootstrap, tin, make_orders(EventSpec(seed=5, count=400, customers=10)))
-    checkpoint = tmp_path / "ck"  # type: ignore[operator]
+    checkpoint = tmp_path / "ck"
     args = ["--bootstrap", bootstrap, "--input", tin, "--output", tout,
             "--checkpoint", str(checkpoint)]
     job = TEST_JOBS / "slow_enrich.py"
 
-    first = TagRun(tag_command("blue", job, args), tmp_path / "first.log").start()  # type: ignore[operator]
+    first = TagRun(tag_command("blue", job, args), tmp_path / "first.log").start()
     watcher = OutputWatcher(bootstrap, tout)
     try:
 
@@ -95,7 +96,7 @@ def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     before = read_topic(bootstrap, tout)
 
     second = run_tag(tag_command("blue", job, [*args, "--available-now"]),
-                     tmp_path / "second.log", timeout=400)  # type: ignore[operator]
+                     tmp_path / "second.log", timeout=400)
     after = read_topic(bootstrap, tout)
     assert len(after) > len(before)
 

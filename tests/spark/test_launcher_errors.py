@@ -10,8 +10,9 @@ import pytest
 from spark_test_support import JOBS, REPO, TEST_JOBS, spark_env, tag_command
 
 from cutover.broker import create_topics
+from cutover.cli.orders import EventSpec, make_orders, write_orders
 from spark_tagger.cli import submit_args
-from spark_tagger.testing import EventSpec, make_orders, read_topic, write_orders
+from tests.topics import read_topic
 
 
 def _run(cmd: list[str], timeout: float = 180, connector: bool = True

@@ -13,7 +13,7 @@ from cutover.headers import BATCH, EVENT_TIME, VERSION, WATERMARK
 from spark_tagger.options import SinkOptions, Tagging
 from spark_tagger.partitioner import partition_for
 from spark_tagger.tagger import _write_task
-from spark_tagger.testing import read_topic
+from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

@@ -8,7 +8,7 @@ from cutover.plan import CutoverPlan
 class SetStore(set):
     """Identities in a set: the rule only needs ``in`` and ``add``."""
 
-    def add(self, identity: bytes, event_time: int = 0) -> None:  # type: ignore[override]
+    def add(self, identity: bytes, event_time: int = 0) -> None:
         super().add(identity)
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cutover.cli import CliError
-from router.operator import parse_deadline, parse_duration_ms, parse_instant_ms
+from cutover.cli.times import parse_deadline, parse_duration_ms, parse_instant_ms
 
 NOW = datetime(2026, 1, 1, 0, 0, tzinfo=UTC)
 

@@ -3,49 +3,45 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
-from rule_support import make_plan
+from rule_support import SetStore, make_plan
 
+from cutover.plan import CutoverPlan
 from cutover.settings import Handover, RouterSettings
 from cutover.status import PartitionStatus, RouteStatus, TransitionState, parse_status
-from router.datapath import DataPath, Owned, RouteRuntime
 from router.decision import Incoming, PartitionRouter
-from router.dedup_store import DedupStore
 from router.identity import identity_function
-from router.operator import RouteView
+from router.operator import PartitionReport, RouteView
+from router.status_publisher import StatusBoard
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _engine(tmp_path: Path) -> DataPath:
+def _routers() -> dict[int, PartitionRouter]:
     s = RouterSettings.model_validate({
-        "bootstrap": "k:9092", "state_dir": str(tmp_path),
-        "routes": [{"name": "r", "inputs": ["r.raw"], "output": "r.out"}]})
-    eng = DataPath(s, worker_id="w1")
+        "bootstrap": "k:9092", "routes": [{"name": "r", "inputs": ["r.raw"], "output": "r.out"}]})
     rs = s.routes[0]
-    rt = RouteRuntime(rs, identity_function("record"), 2)
-    eng.routes["r"] = rt
-    for p in range(2):
-        store = DedupStore(tmp_path / str(p))
-        pr = PartitionRouter(p, identity=rt.identity, store=store,
-                             retention_ms=rs.dedup.retention_ms,
-                             ordered=rs.handover is Handover.ORDERED)
-        eng.owned[("r", p)] = Owned(rt, p, pr, store, 0, {}, set(), 0, 0)
-    return eng
+    return {p: PartitionRouter(p, identity=identity_function("record"), store=SetStore(),
+                               retention_ms=rs.dedup.retention_ms,
+                               ordered=rs.handover is Handover.ORDERED) for p in range(2)}
 
 
-def test_published_status_carries_each_partitions_epoch_and_pinned_boundary(
-        tmp_path: Path) -> None:
-    eng = _engine(tmp_path)
+def test_published_status_carries_each_partitions_epoch_and_pinned_boundary() -> None:
+    routers = _routers()
+    plans: dict[str, CutoverPlan] = {}
+    published: list[tuple[str, bytes]] = []
+    board = StatusBoard("w1", routes={"r": 2}, plans=plans,
+                        partitions=lambda route: routers if route == "r" else {},
+                        publish=lambda route, value: published.append((route, value)),
+                        interval_s=10.0)
     blue, switch = make_plan(1, (None, "blue")), make_plan(2, (None, "blue"), (100, "green"))
-    for (_, p), owned in eng.owned.items():
-        owned.router.apply_plan(blue)
+    for p, router in routers.items():
+        router.apply_plan(blue)
         if p == 1:  # partition 1 has routed past the boundary when the switch arrives
-            owned.router.observe(Incoming("blue", 150, 150, b"k", b"v"))
-        owned.router.apply_plan(switch)
-    eng.book.restore(switch)
-    st = eng.board.build("r")
+            router.observe(Incoming("blue", 150, 150, b"k", b"v"))
+        router.apply_plan(switch)
+    plans["r"] = switch
+    st = board.build("r")
     assert st.partitions[0].model_dump(include={"epoch", "boundary", "pinned"}) == {
         "epoch": 2, "boundary": 100, "pinned": ()}
     assert st.partitions[1].model_dump(include={"epoch", "boundary", "pinned"}) == {
@@ -53,14 +49,16 @@ def test_published_status_carries_each_partitions_epoch_and_pinned_boundary(
     assert [h.needed for h in st.transition.holdups if h.partition == 1] == [151, 151]
     again = parse_status(st.model_dump_json(by_alias=True).encode())
     assert isinstance(again, RouteStatus) and again.partitions == st.partitions
-    for owned in eng.owned.values():
-        owned.store.close()
+    board.tick()  # the first tick publishes what it built
+    assert [r for r, _ in published] == ["r"]
+    assert parse_status(published[0][1]).partitions == st.partitions
 
 
 def _view(*parts: tuple[int, PartitionStatus, int | None]) -> RouteView:
     v = RouteView("r", plan=make_plan(2, (None, "blue"), (100, "green")), num_partitions=2)
     for p, ps, msg_epoch in parts:
-        v.partitions[p] = (ps, ps.epoch if ps.epoch is not None else msg_epoch, "w", T0)
+        v.partitions[p] = PartitionReport(ps, ps.epoch if ps.epoch is not None else msg_epoch,
+                                          "w", T0)
     return v
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from cutover.plan import CutoverPlan
+from cutover.readiness import PartitionProgress, readiness
 from cutover.status import TransitionState
-from router.readiness import PartitionProgress, readiness
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,4 +1,4 @@
-"""Operator commands: ``router``, ``switch``, ``status``, ``wait``, ``plan``."""
+"""``cutover router``: start a router worker (router.app) and block until it stops."""
 
 from __future__ import annotations
 
@@ -28,6 +28,3 @@ def register(sub: Any) -> None:
     p.add_argument("--config", required=True, help="router settings file (YAML)")
     p.add_argument("--loglevel", default="info")
     p.set_defaults(func=_cmd_router)
-    from router.operator import register_operator_commands
-
-    register_operator_commands(sub)

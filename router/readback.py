@@ -1,16 +1,17 @@
-"""Reading back the output log when a worker takes over a raw partition.
+"""Reading back the output log: what was already forwarded is not forwarded again.
 
 The output topic is the record of truth: every record there carries ``bg.src`` (raw
-topic:partition:offset) and ``bg.event_time``, so the worker learns which raw offsets at or after
-its resume position were already forwarded (they are not forwarded again) and refills the dedup
-store with the identities of what was forwarded.
+topic:partition:offset) and ``bg.event_time``, so a worker that takes over a raw partition
+learns which raw offsets at or after its resume position were already forwarded (they are not
+forwarded again) and refills the dedup store with the identities of what was forwarded. The
+output writer reads another writer's records the same way (router.output_writer).
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Message
 
@@ -37,19 +38,26 @@ def parse_src(raw: bytes | None) -> tuple[str, int, int] | None:
         return None
 
 
-def read_back_outputs(conf: dict[str, Any], output: str,
-                      wanted: dict[int, tuple[int, dict[str, int], DedupStore]],
+class ReadBackFrom(NamedTuple):
+    """Where to read one output partition back from, and what for."""
+
+    start: int                # output offset
+    resume: dict[str, int]    # the partition's resume offsets (raw topic -> offset)
+    store: DedupStore         # takes the identity of every record read
+
+
+def read_back_outputs(conf: dict[str, Any], output: str, wanted: dict[int, ReadBackFrom],
                       identity: IdentityFn) -> dict[int, ReadBack]:
-    """Read output partitions back, all in one pass (partition -> (start, resume, store)):
-    for each, collect the raw offsets at or after ``resume`` and put every forwarded record's
-    identity into its ``store``. Reading stops at each partition's end when the read began."""
-    out = {p: ReadBack(end=start) for p, (start, _, _) in wanted.items()}
-    for msg in read_to_end(conf, output, {p: start for p, (start, _, _) in wanted.items()}):
+    """Read output partitions back, all in one pass: for each, collect the raw offsets at or
+    after ``resume`` and put every forwarded record's identity into its ``store``. Reading
+    stops at each partition's end when the read began."""
+    out = {p: ReadBack(end=w.start) for p, w in wanted.items()}
+    for msg in read_to_end(conf, output, {p: w.start for p, w in wanted.items()}):
         p = msg.partition()
-        _, resume, store = wanted[p]
-        note(out[p], msg, resume, identity, store)
-    for _, _, store in wanted.values():
-        store.flush()
+        w = wanted[p]
+        note(out[p], msg, w.resume, identity, w.store)
+    for w in wanted.values():
+        w.store.flush()
     return out
 
 

@@ -1,8 +1,10 @@
 """The ``cutover`` console script: one sub-command per operator task.
 
-Each sub-command lives in the module that owns its work and exposes ``register(subparsers)``,
-which adds its parser and sets ``func``. Errors meant for the operator are :class:`CliError`:
-printed as one sentence (what is wrong, how to fix it), exit code 2, no traceback.
+The CLI is the top layer: it uses the contract (``cutover``'s models), the router and the
+tagger, and nothing below imports it. Each command family has a module that exposes
+``register(subparsers)``, which adds its parsers and sets ``func``; the libraries raise named
+errors, which the commands turn into :class:`CliError`: printed as one sentence (what is
+wrong, how to fix it), exit code 2 unless the error names another, no traceback.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Sequence
 
 # module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "router.cli": ("router", "switch", "status", "wait", "plan"),
+    "cutover.cli.worker": ("router",),
+    "cutover.cli.switch": ("switch",),
+    "cutover.cli.status": ("status", "wait"),
+    "cutover.cli.plan": ("plan",),
     "spark_tagger.cli": ("tag",),
-    "cutover.demo": ("demo",),
+    "cutover.cli.demo": ("demo",),
 }
 
 
@@ -67,7 +72,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _all_commands() -> set[str]:
     return {c for cmds in COMMAND_MODULES.values() for c in cmds}
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

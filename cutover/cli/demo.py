@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +26,16 @@ import yaml
 
 from cutover.broker import create_topics, free_port, wait_until_ready
 from cutover.cli import CliError
+from cutover.cli.cluster import target_of
+from cutover.cli.demo_report import fmt, summarize
+from cutover.cli.orders import EventSpec, make_orders
 from cutover.tansu import EmbeddedBroker
+from router.operator import RouteView, read_views
 
 ROUTE = "totals"
 WINDOW_MS = 10_000
 PARTITIONS = 2
-JOBS = Path(__file__).resolve().parents[1] / "examples" / "jobs"
+JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 # Small-machine Spark settings: the default 200 shuffle partitions make each micro-batch of a
 # stateful job take ~45 s on two cores; two partitions take well under a second.
 SPARK_CONF = [f"--conf={kv}" for kv in (
@@ -99,8 +100,6 @@ class OrderFeed(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
         super().__init__(daemon=True)
-        from spark_tagger.testing import EventSpec, make_orders
-
         self.orders = make_orders(EventSpec(seed=2026, count=rate * 600, customers=12,
                                             step_ms=250, max_disorder_ms=2_000))
         self.bootstrap, self.topic, self.rate = bootstrap, topic, rate
@@ -207,7 +206,11 @@ def run(args: argparse.Namespace) -> int:
         feed.join(10)
         settle(cfg)
         procs.stop("green")
-        report = summarize(bootstrap, cfg, feed, switched_at, cleared_at, out)
+        final = view(cfg)
+        if final is None:
+            raise CliError(f"the router published no status; see {logs / 'router.log'}", 1)
+        report = summarize(bootstrap, final, feed.orders[: feed.sent], switched_at, cleared_at,
+                           out, partitions=PARTITIONS, window_ms=WINDOW_MS)
         procs.stop("router")
         say(f"done in {time.monotonic() - started:.0f} s")
         return 0 if report["lost"] == 0 and report["duplicated"] == 0 else 1
@@ -236,21 +239,20 @@ def write_settings(path: Path, bootstrap: str) -> Path:
     return path
 
 
-def view(cfg: list[str]) -> Any:
-    from router.operator import read_views, target_of
-
+def view(cfg: list[str]) -> RouteView | None:
     ns = argparse.Namespace(config=cfg[1], bootstrap=None)
     return read_views(target_of(ns), ROUTE).get(ROUTE)
 
 
-def min_watermarks(v: Any) -> dict[str, int | None]:
+def min_watermarks(v: RouteView | None) -> dict[str, int | None]:
     """Each version's smallest watermark over all partitions (None until all have one)."""
     out: dict[str, int | None] = {}
     if v is None or len(v.partitions) < PARTITIONS:
         return {}
     for version in ("blue", "green"):
         wms = [ps.watermarks.get(version) for ps, *_ in v.partitions.values()]
-        out[version] = None if None in wms else min(wms)  # type: ignore[type-var]
+        known = [wm for wm in wms if wm is not None]
+        out[version] = min(known) if len(known) == len(wms) else None
     return out
 
 
@@ -279,10 +281,6 @@ def wait_progress(procs: Processes, cfg: list[str], done: Any, what: str,
     raise CliError(f"timed out waiting for {what}; see the logs in {procs.logs}", 1)
 
 
-def fmt(ms: int | None) -> str:
-    return "-" if ms is None else time.strftime("%H:%M:%S", time.gmtime(ms / 1000))
-
-
 def settle(cfg: list[str], quiet_for: float = 4.0, timeout: float = 60.0) -> None:
     """Wait until the router has forwarded what the jobs wrote (counters stop moving)."""
     deadline, last, since = time.monotonic() + timeout, None, time.monotonic()
@@ -294,157 +292,3 @@ def settle(cfg: list[str], quiet_for: float = 4.0, timeout: float = 60.0) -> Non
         elif time.monotonic() - since > quiet_for:
             return
         time.sleep(0.5)
-
-
-@dataclass(frozen=True)
-class Rec:
-    """A record read back: what the summary and the timeline need."""
-
-    value: bytes | None
-    headers: dict[str, str]
-    timestamp: float  # seconds
-
-    def header(self, name: str) -> str | None:
-        return self.headers.get(name)
-
-
-def read_all(bootstrap: str, topic: str) -> list[Rec]:
-    from router.kafka_io import base_conf, read_to_end
-
-    return [Rec(m.value(), {k: v.decode() for k, v in (m.headers() or []) if v is not None},
-                m.timestamp()[1] / 1000)
-            for m in read_to_end(base_conf(bootstrap), topic)]
-
-
-def summarize(bootstrap: str, cfg: list[str], feed: OrderFeed, switched_at: float,
-              cleared_at: float, out: Path) -> dict[str, Any]:
-    from spark_tagger.partitioner import partition_for
-
-    v = view(cfg)
-    raw = read_all(bootstrap, "demo.totals.raw")
-    output = read_all(bootstrap, "demo.totals")
-    dlq = read_all(bootstrap, "demo.totals.dlq")
-    plan = v.plan
-    _, _, boundary = plan.transition
-    bound_p = {p: ps.boundary if ps.boundary is not None else boundary
-               for p, (ps, *_rest) in v.partitions.items()}
-    final_wm = {p: ps.watermarks for p, (ps, *_rest) in v.partitions.items()}
-
-    # The reference, from the input alone: every window of every customer.
-    ref: dict[tuple[str, int], int] = Counter()
-    for o in feed.orders[: feed.sent]:
-        ref[(o.customer, o.ts // WINDOW_MS * WINDOW_MS + WINDOW_MS)] += 1
-    expected: dict[tuple[str, int], str] = {}
-    for (cust, end), _n in ref.items():
-        p = partition_for(cust.encode(), None, PARTITIONS)
-        version = "blue" if end < bound_p[p] else "green"
-        if end < final_wm[p].get(version, -1):  # closed by that version's final watermark
-            expected[(cust, end)] = version
-
-    seen: Counter[tuple[str, int]] = Counter()
-    wrong_version = wrong_value = 0
-    by_version: Counter[str] = Counter()
-    for r in output:
-        body = json.loads(r.value)
-        end = int(r.header("bg.event_time"))
-        k = (body["customer"], end)
-        seen[k] += 1
-        ver = r.header("bg.version")
-        by_version[ver] += 1
-        if k in expected and expected[k] != ver:
-            wrong_version += 1
-        if body["orders"] != ref.get(k):
-            wrong_value += 1
-    lost = sum(1 for k in expected if k not in seen)
-    duplicated = sum(n - 1 for n in seen.values() if n > 1)
-    raw_data = Counter(r.header("bg.version") for r in raw if r.header("bg.kind") != "heartbeat")
-    stamps = sorted(r.timestamp for r in output)
-    near = [b - a for a, b in itertools.pairwise(stamps)
-            if switched_at - 30 <= b <= cleared_at + 30]
-    # The same measure away from the switch (after the first output has settled), so the
-    # gap around the switch can be compared with the job's own rhythm of micro-batches.
-    settled = stamps[0] + 20 if stamps else 0.0
-    elsewhere = [b - a for a, b in itertools.pairwise(stamps)
-                 if b >= settled and not switched_at - 30 <= b <= cleared_at + 30]
-    c = v.counters
-    report = {
-        "records_in": dict(raw_data), "forwarded": dict(by_version),
-        "suppressed": c.suppressed, "duplicates_removed": c.duplicates,
-        "dead_lettered": len(dlq), "expected": len(expected), "lost": lost,
-        "duplicated": duplicated, "wrong_version": wrong_version, "wrong_value": wrong_value,
-        "largest_gap_s": max(near, default=0.0),
-        "largest_gap_elsewhere_s": max(elsewhere, default=0.0),
-        "boundary": boundary, "pinned": bound_p,
-        "switch_to_clear_s": cleared_at - switched_at,
-    }
-    png = out / "timeline.png"
-    draw_timeline(png, output, raw, boundary)
-    (out / "summary.json").write_text(json.dumps(report, indent=2, default=str))
-    print()
-    print("summary")
-    print(f"  input orders written        {feed.sent}")
-    print(f"  raw records in (data)       {fmt_counts(raw_data)}")
-    print(f"  forwarded per version       {fmt_counts(by_version)}")
-    print(f"  suppressed (non-primary)    {fmt_counts(c.suppressed)}")
-    print(f"  duplicates removed          {c.duplicates}")
-    print(f"  dead-lettered               {len(dlq)}")
-    print(f"  boundary                    {boundary} ({fmt(boundary)} event time); per "
-          f"partition {bound_p}")
-    print(f"  switch -> CLEAR_TO_TEARDOWN {cleared_at - switched_at:.1f} s")
-    print(f"  checked against reference   {len(expected)} windows expected: lost {lost}, "
-          f"duplicated {duplicated}, wrong version {wrong_version}, wrong count {wrong_value}")
-    print(f"  largest output gap          {report['largest_gap_s']:.2f} s around the switch, "
-          f"{report['largest_gap_elsewhere_s']:.2f} s elsewhere (micro-batch rhythm)")
-    print(f"  timeline                    {png}")
-    print(f"  summary, logs               {out / 'summary.json'}, {out / 'logs'}")
-    return report
-
-
-def fmt_counts(c: Any) -> str:
-    return ", ".join(f"{k}={n}" for k, n in sorted(dict(c).items())) or "0"
-
-
-def draw_timeline(png: Path, output: list[Any], raw: list[Any], boundary: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {"blue": "#1f77b4", "green": "#2ca02c"}
-    t0 = min((int(r.header("bg.event_time")) for r in output), default=boundary)
-    bucket = 60_000
-    counts: dict[str, Counter[int]] = defaultdict(Counter)
-    for r in output:
-        t = int(r.header("bg.event_time"))
-        counts[r.header("bg.version")][(t - t0) // bucket] += 1
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-    buckets = sorted({b for c in counts.values() for b in c})
-    bottom = [0] * len(buckets)
-    for version, c in sorted(counts.items()):
-        ys = [c.get(b, 0) for b in buckets]
-        ax1.bar([b for b in buckets], ys, bottom=bottom, width=0.9, label=f"forwarded {version}",
-                color=colours.get(version))
-        bottom = [a + y for a, y in zip(bottom, ys, strict=True)]
-    bx = (boundary - t0) / bucket
-    for ax in (ax1, ax2):
-        ax.axvline(bx, color="black", linestyle="--", linewidth=1, label="boundary")
-    ax1.set_ylim(0, max(bottom, default=1) * 1.25)
-    ax1.set_ylabel("windows forwarded per minute\nof event time")
-    ax1.legend(loc="upper left", ncols=3)
-    ax1.set_title("cutover demo: output by event time, coloured by the version it came from")
-    wm: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in raw:
-        w = r.header("bg.watermark")
-        if w is not None:
-            wm[r.header("bg.version")].append(((int(w) - t0) / bucket, r.timestamp))
-    start = min((ts for pts in wm.values() for _, ts in pts), default=0)
-    for version, pts in sorted(wm.items()):
-        pts.sort(key=lambda p: p[1])
-        ax2.plot([x for x, _ in pts], [ts - start for _, ts in pts], ".", markersize=2,
-                 color=colours.get(version), label=f"{version} watermark")
-    ax2.set_xlabel("event time (minutes from the first window)")
-    ax2.set_ylabel("wall clock (s) when the\nwatermark was emitted")
-    ax2.legend(loc="upper left", ncols=3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)

@@ -1,0 +1,136 @@
+"""``cutover status`` and ``cutover wait``: the routes' merged state, as a table, as JSON, or
+as an exit code (``wait``: 0 clear to tear down, 3 stalled, 4 timeout, 5 no transition)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from cutover.cli import CliError
+from cutover.cli.cluster import broker_errors, cluster_args, connect
+from cutover.cli.times import parse_duration_ms
+from cutover.status import TransitionState
+from router.operator import RouteView, StateReader, read_views
+
+
+def _merged_json(v: RouteView) -> dict[str, Any]:
+    tr = v.transition()
+    return {
+        "route": v.route, "epoch": v.plan.epoch if v.plan else None,
+        "transition": tr.model_dump(mode="json", by_alias=True),
+        "num_partitions": v.num_partitions,
+        "partitions": {str(p): {**ps.model_dump(mode="json"), "epoch": e, "worker": w,
+                                "updated_at": u.isoformat()}
+                       for p, (ps, e, w, u) in sorted(v.partitions.items())},
+        "counters": v.counters.model_dump(mode="json"),
+        "plan": v.plan.model_dump(mode="json") if v.plan else None,
+        "last_rejection": v.rejections[-1].model_dump(mode="json") if v.rejections else None,
+    }
+
+
+def _print_table(v: RouteView) -> None:
+    tr = v.transition()
+    epoch = v.plan.epoch if v.plan else "-"
+    print(f"route {v.route}  epoch {epoch}  transition {tr.state.value}", end="")
+    if tr.from_ is not None:
+        print(f"  {tr.from_} -> {tr.to} at {tr.boundary}", end="")
+    print()
+    if tr.holdups:
+        print(f"  waiting on: {tr.describe_holdups()}")
+    versions = sorted({ver for ps, *_ in v.partitions.values() for ver in ps.watermarks})
+    head = (f"  {'part':>4} {'worker':<18} {'epoch':>5} {'boundary':>15} {'horizon':>15} "
+            f"{'held':>6} ") + " ".join(
+        f"{'wm ' + ver:>16} {'lag':>8}" for ver in versions)
+    print(head)
+    for p in range(v.num_partitions or 0) if v.num_partitions else sorted(v.partitions):
+        if p not in v.partitions:
+            print(f"  {p:>4} {'(no router)':<18}")
+            continue
+        ps, e, w, _ = v.partitions[p]
+        cells = []
+        for ver in versions:
+            wm = ps.watermarks.get(ver)
+            lag = (ps.horizon - wm) if (wm is not None and ps.horizon is not None) else None
+            cells.append(f"{wm if wm is not None else '-':>16} "
+                         f"{lag if lag is not None else '-':>8}")
+        print(f"  {p:>4} {w[:18]:<18} {e if e is not None else '-':>5} "
+              f"{ps.boundary if ps.boundary is not None else '-':>15} "
+              f"{ps.horizon if ps.horizon is not None else '-':>15} "
+              f"{ps.held:>6} " + " ".join(cells))
+    c = v.counters
+    sup = ", ".join(f"{k}={n}" for k, n in sorted(c.suppressed.items())) or "0"
+    print(f"  forwarded {c.forwarded}  suppressed {sup}  duplicates {c.duplicates}  "
+          f"dead-lettered {c.dead_lettered}  held {c.held}")
+    if v.rejections:
+        r = v.rejections[-1]
+        print(f"  last rejected plan: epoch {r.epoch}: {r.reason}")
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    t = connect(args)
+    with broker_errors():
+        views = read_views(t, args.route)
+    if args.route and args.route in views and not views[args.route].workers \
+            and views[args.route].plan is None:
+        raise CliError(f"no plan and no status for route {args.route!r}; check the route name "
+                       "and that a router is running")
+    if args.json:
+        print(json.dumps({r: _merged_json(v) for r, v in sorted(views.items())}, indent=2))
+    else:
+        for _, v in sorted(views.items()):
+            _print_table(v)
+    return 0
+
+
+def _cmd_wait(args: argparse.Namespace) -> int:
+    t = connect(args)
+    want = TransitionState.CLEAR_TO_TEARDOWN
+    timeout = parse_duration_ms(args.timeout) / 1000
+    deadline = time.monotonic() + timeout
+    with broker_errors(), StateReader(t, args.route) as reader:
+        return _wait_loop(args, reader, want, deadline)
+
+
+def _wait_loop(args: argparse.Namespace, reader: StateReader, want: TransitionState,
+               deadline: float) -> int:
+    """Poll one open reader: each round reads only what the workers published since."""
+    while True:
+        v = reader.refresh()[args.route]
+        last = v.transition()
+        if last.state is want:
+            print(f"route {args.route}: CLEAR_TO_TEARDOWN — {last.from_!r} may be torn down "
+                  f"(epoch {v.plan.epoch if v.plan else '-'}, boundary {last.boundary})")
+            return 0
+        if last.state is TransitionState.STALLED:
+            print(f"route {args.route}: STALLED: {last.describe_holdups()}. Roll back with "
+                  "`cutover switch --to <old>` or extend the deadline.", file=sys.stderr)
+            return 3
+        if last.state is TransitionState.STEADY and v.plan is not None:
+            print(f"route {args.route}: STEADY (no transition in plan epoch {v.plan.epoch})",
+                  file=sys.stderr)
+            return 5
+        if time.monotonic() >= deadline:
+            print(f"route {args.route}: still {last.state.value} after {args.timeout}: "
+                  f"{last.describe_holdups() or 'no router status yet'}", file=sys.stderr)
+            return 4
+        time.sleep(min(args.interval, max(deadline - time.monotonic(), 0.05)))
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("status", help="show routes, transitions, partitions and counters")
+    cluster_args(p)
+    p.add_argument("--route")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("wait", help="block until a transition is clear to tear down")
+    cluster_args(p)
+    p.add_argument("--route", required=True)
+    p.add_argument("--for", dest="for_", default="clear-to-teardown",
+                   choices=["clear-to-teardown"])
+    p.add_argument("--timeout", default="10m")
+    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_wait)

@@ -1,0 +1,34 @@
+"""The router worker's named failures.
+
+Each one stops the data path with a sentence that says what happened; the worker process exits
+(code 2 for :class:`RouterConfigError`, 1 otherwise) and, restarted, resumes from its partition
+checkpoints, which never pass a record whose output was not delivered. They derive from
+``RuntimeError`` as the plain errors they replace did.
+"""
+
+from __future__ import annotations
+
+
+class RouterError(RuntimeError):
+    """The data path cannot go on safely; restarting the worker is the remedy."""
+
+
+class RouterConfigError(RouterError):
+    """The topics do not fit the settings (missing output, partition counts differ)."""
+
+
+class OwnershipLost(RouterError):
+    """The group may have moved a raw partition away: its output must not be written."""
+
+
+class OutputWriteFailed(RouterError):
+    """A batch's output was not delivered, or the output's end could not be read before it."""
+
+
+class CheckpointWriteFailed(RouterError):
+    """A batch's checkpoint was not stored, so its output is not produced."""
+
+
+class DataPathStopped(RouterError):
+    """The data path ended without being asked to (after one of the errors above, logged, or
+    a broker that never answered): the Faust worker stops too."""

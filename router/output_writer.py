@@ -1,0 +1,204 @@
+"""A batch's output: queued by the loop, fenced against another writer, produced, checked.
+
+Output partition ``p`` has one writer, the owner of raw partition ``p`` (router.ownership).
+Before producing, the writer asks for the end of every output partition it has records for: a
+previous owner that stalled after its last ownership check (a zombie) can still deliver one
+batch after this worker read the output back. Those records are read and absorbed (their raw
+offsets join the skip set, their identities the dedup store; queued outputs they already cover
+are dropped). After delivery it checks that each output partition received exactly its records,
+contiguously after the end it knew; anything else in between is absorbed the same way and
+reported.
+
+Each queued output is a plain tuple (:data:`Output`), read by unpacking: the loop builds one per
+forwarded record, and a NamedTuple costs four to eight times as much to build (measured,
+100 vs 430-830 ns per record).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from cutover.headers import ERROR, SRC
+from router.durability import Durability, Headers, Ref
+from router.errors import OutputWriteFailed
+from router.kafka_io import offsets_range, read_to_end
+from router.partition import Owned
+from router.readback import ReadBack, note
+
+log = logging.getLogger("cutover.router")
+
+# (topic, partition, key, value, headers, src): ``src`` is the bg.src value of a forward (its
+# last header), None for dead letters and shadow copies.
+Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
+
+
+class OutputWriter:
+    """Writes the batches of the partitions this worker owns."""
+
+    def __init__(self, conf: dict[str, Any], producer: Producer, probe: Consumer) -> None:
+        """``conf``: a reader's client settings (to read output partitions back); ``probe``:
+        a consumer of its own for ListOffsets (on the data consumer the request queues behind
+        its long-poll fetch; measured: ~1 s per batch with the default wait)."""
+        self.conf = conf
+        self.producer = producer
+        self.probe = probe
+        self.queue: list[Output] = []
+
+    # -- queueing ---------------------------------------------------------------------------
+
+    def forward(self, owned: Owned, topic: str, off: int, headers: Headers | None,
+                key: bytes | None, value: bytes | None) -> None:
+        """Queue raw record (topic, off) for output partition p, with its ``bg.src``."""
+        owned.durability.queue_forward(topic, off)
+        p = owned.partition
+        src = f"{topic}:{p}:{off}".encode()
+        hdrs = list(headers or ())
+        hdrs.append((SRC, src))
+        self.queue.append((owned.route.settings.output, p, key, value, hdrs, src))
+
+    def dead_letter(self, owned: Owned, ref: Ref, key: bytes | None, value: bytes | None,
+                    reason: str | None) -> None:
+        dead_letter = owned.route.settings.dead_letter
+        assert dead_letter is not None  # RouteSettings defaults it to "<output>.dlq"
+        owned.durability.mark_undelivered(ref.topic, ref.offset)
+        hdrs = list(ref.headers or ())
+        hdrs.append((ERROR, (reason or "unknown").encode()))
+        self.queue.append((dead_letter, owned.partition, key, value, hdrs, None))
+
+    def shadow(self, owned: Owned, ref: Ref, key: bytes | None, value: bytes | None) -> None:
+        shadow = owned.route.settings.shadow
+        assert shadow is not None
+        owned.durability.mark_undelivered(ref.topic, ref.offset)
+        self.queue.append((shadow, owned.partition, key, value, list(ref.headers or ()), None))
+
+    # -- fencing ------------------------------------------------------------------------------
+
+    def fence_foreign_writes(self, parts: Iterable[Owned]) -> None:
+        """Before producing, look for output records this worker did not write.
+
+        ListOffsets(LATEST) above the end this worker knows means someone else wrote (true on
+        the test broker too, whose answer is the last batch's base offset + 1: never above the
+        real end, and above our known end only if a batch started there). One ListOffsets per
+        output partition with queued records, per batch (~0.3 ms on loopback).
+        """
+        for owned in parts:
+            dur = owned.durability
+            if not dur.queued:
+                continue
+            tp = TopicPartition(owned.route.settings.output, owned.partition)
+            try:
+                _, latest = offsets_range(self.probe, tp)
+            except KafkaException as exc:
+                raise OutputWriteFailed(f"cannot read the end of output {tp.topic}:"
+                                        f"{tp.partition} ({exc}); refusing to write it "
+                                        "unchecked") from None
+            if latest > dur.known_end:
+                self._absorb_foreign(owned, dur.known_end, ours={})
+
+    def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int]) -> None:
+        """Read output ``owned.partition`` from ``start`` to its end and take in every record
+        not in ``ours`` (bg.src -> how many of them this worker delivered since ``start``):
+        skip set, dedup store, readback bound; drop queued outputs they already cover."""
+        rs = owned.route.settings
+        p = owned.partition
+        dur = owned.durability
+        rb = ReadBack(end=start)
+        resume, _ = dur.resume_point(owned.held_refs())
+        foreign: dict[bytes, tuple[str, int] | None] = {}
+        twice = 0
+        for msg in read_to_end(self.conf, rs.output, {p: start}):
+            src_raw = next((v for k, v in msg.headers() or () if k == SRC), b"")
+            if ours.get(src_raw, 0) > 0:
+                ours[src_raw] -= 1   # one of ours
+                continue
+            src = note(rb, msg, resume, owned.route.identity, owned.store)
+            if src_raw in foreign or src_raw in ours:
+                twice += 1           # a second copy of a record is in the output
+            foreign[src_raw] = src
+            if src is not None:
+                dur.note_foreign(src, msg.offset(), resume)
+        owned.store.flush()
+        dropped: set[bytes] = set()
+        if foreign and dur.queued:
+            keep: list[Output] = []
+            for out in self.queue:
+                topic, part, _key, _value, _headers, src_of = out
+                if topic == rs.output and part == p and src_of is not None \
+                        and src_of in foreign:
+                    dropped.add(src_of)
+                    continue
+                keep.append(out)
+            self.queue[:] = keep
+            c = owned.router.counters
+            c.forwarded -= len(dropped)
+            c.duplicates += len(dropped)
+        # Foreign copies of raw records this worker had already decided (and not just now):
+        # if it forwarded them, they are in the output twice.
+        passed = sum(1 for raw, src in foreign.items() if raw not in dropped and raw not in ours
+                     and src is not None and src[1] < resume.get(src[0], 0))
+        dur.absorbed(max(rb.end, start), len(dropped))
+        report = log.error if twice or passed else log.warning
+        report("output %s:%d: %d records from another writer (a previous owner that had not yet "
+               "noticed losing the partition) at offsets %d..%d; %d queued outputs they cover "
+               "were dropped; %d are certainly and %d possibly in the output twice",
+               rs.output, p, len(foreign), start, dur.known_end - 1, len(dropped), twice,
+               passed)
+
+    # -- producing ----------------------------------------------------------------------------
+
+    def produce(self, parts: Iterable[Owned], budget_s: Callable[[], float]) -> None:
+        """Produce the queued batch and wait (at most ``budget_s()`` seconds, at least one);
+        then check that each output partition received exactly our records, contiguously
+        after the end we knew (anything else in between was written by another writer, or
+        twice by a retry: absorbed and reported)."""
+        errors: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        def tracker(dur: Durability) -> Callable[[Any, Any], None]:
+            def on_output(err: Any, msg: Any) -> None:
+                if err is not None:
+                    errors.append(str(err))
+                    return
+                dur.delivered(msg.offset())
+            return on_output
+
+        writing = [o for o in parts if o.durability.queued]
+        callbacks: dict[tuple[str, int], Callable[[Any, Any], None]] = {}
+        for owned in writing:
+            owned.durability.start_delivery()
+            callbacks[(owned.route.settings.output, owned.partition)] = \
+                tracker(owned.durability)
+        produce = self.producer.produce
+        poll = self.producer.poll
+        for topic, p, key, value, headers, _src in self.queue:
+            cb = callbacks.get((topic, p), on_delivery)
+            while True:
+                try:
+                    produce(topic, value, key, partition=p, headers=headers, on_delivery=cb)
+                    break
+                except BufferError:
+                    poll(0.05)
+        batch, self.queue = self.queue, []
+        left = self.producer.flush(max(budget_s(), 1.0))
+        if errors or left:
+            raise OutputWriteFailed("output produce failed "
+                                    f"({errors[0] if errors else f'{left} not delivered'}); "
+                                    "the worker stops and resumes from its checkpoint")
+        for owned in writing:
+            dur = owned.durability
+            start = dur.known_end
+            if not dur.take_delivery():
+                out, part = owned.route.settings.output, owned.partition
+                ours: dict[bytes, int] = {}
+                for topic, p, _key, _value, _headers, src in batch:
+                    if topic == out and p == part and src is not None:
+                        ours[src] = ours.get(src, 0) + 1
+                self._absorb_foreign(owned, start, ours)
+            dur.settle_delivery()

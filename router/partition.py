@@ -1,0 +1,35 @@
+"""A route as the worker runs it, and one raw partition of it that the worker owns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cutover.settings import RouteSettings
+from router.decision import PartitionRouter
+from router.dedup_store import DedupStore
+from router.durability import Durability, Ref
+from router.identity import IdentityFn
+
+
+@dataclass
+class RouteRuntime:
+    settings: RouteSettings
+    identity: IdentityFn
+    num_partitions: int
+
+
+@dataclass
+class Owned:
+    """One raw partition of one route owned by this worker: its routing rule, its dedup store
+    and its resume bookkeeping. Output partition ``partition`` of the route is written by this
+    worker alone while it owns the raw partition."""
+
+    route: RouteRuntime
+    partition: int
+    router: PartitionRouter
+    store: DedupStore
+    durability: Durability
+
+    def held_refs(self) -> list[Ref]:
+        """The raw records the rule holds (ordered handover): resume offsets stay at them."""
+        return [rec.ref for rec in self.router.held]

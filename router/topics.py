@@ -1,0 +1,68 @@
+"""Start-up checks: the topics must fit the settings before a worker takes any partition.
+
+A route's inputs must exist and be co-partitioned; its output, dead-letter and shadow topics
+must exist with at least as many partitions (the router keeps each record's partition number).
+The checkpoint topic is created, compacted, when it is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cutover.settings import RouterSettings
+from router.errors import RouterConfigError
+from router.identity import identity_function
+from router.kafka_io import client_conf, partitions_of
+from router.partition import RouteRuntime
+
+
+def check_routes(settings: RouterSettings) -> dict[str, RouteRuntime]:
+    """Each route's runtime (identity function, partition count); raise
+    :class:`RouterConfigError` naming the topic and the fix when the topics do not fit."""
+    conf = client_conf(settings)
+    routes: dict[str, RouteRuntime] = {}
+    for r in settings.routes:
+        counts = {t: partitions_of(conf, t) for t in r.inputs}
+        missing = [t for t, n in counts.items() if n is None]
+        if missing:
+            raise RouterConfigError(f"route {r.name}: input topic {missing[0]!r} does not "
+                                    "exist; create it (or fix routes[].inputs)")
+        sizes = {n for n in counts.values() if n is not None}
+        if len(sizes) != 1:
+            raise RouterConfigError(
+                f"route {r.name}: input topics have different partition counts {counts}; "
+                "a route's inputs must be co-partitioned")
+        n = sizes.pop()
+        for kind, t in (("output", r.output), ("dead_letter", r.dead_letter),
+                        ("shadow", r.shadow)):
+            if t is None:
+                continue
+            have = partitions_of(conf, t)
+            if have is None:
+                raise RouterConfigError(
+                    f"route {r.name}: {kind} topic {t!r} does not exist; create it with "
+                    f"{n} partitions (the router keeps each record's partition number)")
+            if have < n:
+                raise RouterConfigError(
+                    f"route {r.name}: {kind} topic {t!r} has {have} partitions, the inputs "
+                    f"have {n}; give it at least {n}")
+        routes[r.name] = RouteRuntime(r, identity_function(r.dedup.identity), n)
+    return routes
+
+
+def ensure_checkpoint_topic(settings: RouterSettings, topic: str) -> None:
+    """Create the compacted checkpoint topic if it is missing (one partition; the replication
+    factor is left to the broker's default: create it yourself for more)."""
+    admin = AdminClient(client_conf(settings, "admin"))
+    if topic in admin.list_topics(timeout=10).topics:
+        return
+    fut: dict[str, Any] = admin.create_topics([NewTopic(topic, 1,
+                                                        config={"cleanup.policy": "compact"})])
+    try:
+        fut[topic].result(15)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise RouterConfigError(f"cannot create checkpoint topic {topic!r}: {exc}") from None

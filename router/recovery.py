@@ -19,6 +19,10 @@ from router.dedup_store import DedupStore
 from router.identity import IdentityError, IdentityFn
 from router.kafka_io import read_to_end
 
+# A rebuild reads up to the retention window's worth of output back: its identities go to
+# RocksDB in batches of this many, so the rebuild's memory does not grow with the window.
+REBUILD_FLUSH_EVERY = 20_000
+
 
 @dataclass
 class ReadBack:
@@ -48,6 +52,8 @@ def read_back_outputs(conf: dict[str, Any], output: str,
         p = msg.partition()
         _, resume, store = wanted[p]
         note(out[p], msg, resume, identity, store)
+        if store.pending >= REBUILD_FLUSH_EVERY:
+            store.flush()  # delivered records' identities: safe to write now
     for _, _, store in wanted.values():
         store.flush()
     return out

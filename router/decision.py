@@ -12,12 +12,22 @@ timeline only above ``H``: its boundaries at or below ``H`` move to ``H + 1`` ("
 the new plan only adds boundaries to the old one this is exactly "every boundary <= H is pinned
 to H + 1"; when it also rewrites history below ``H`` (a retroactive rollback), the history
 below ``H`` stays as decided.
+
+Poison timestamps: a data record whose event time is more than ``future_tolerance_ms`` ahead
+of the time it was written to the raw topic goes to the dead-letter topic before anything else
+looks at it, so it moves no horizon, retention window or pin (one record stamped ten years
+ahead used to move its partition's horizon there, and every later record of the partition went
+to the dead-letter topic as older than the retention). "Now" is the record's own write time
+(its Kafka timestamp, set by the tagger's producer or by the broker), not the router's clock:
+a replay after a restart, on any worker, then sees the same "now" and decides the same way.
+With the router's clock a replay would come later, could forward a record it had
+dead-lettered, move the horizon differently and pin a later plan elsewhere than the first run
+did. Old event times (backfills) are never poison.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,6 +38,7 @@ from cutover.plan import CutoverPlan
 from router.identity import IdentityError, IdentityFn
 
 NO_WATERMARK = -(1 << 63)
+NO_LIMIT = 1 << 63
 
 
 class Outcome(StrEnum):
@@ -50,6 +61,9 @@ class Incoming:
     heartbeat: bool = False
     error: str | None = None     # a header problem found by the caller -> dead letter
     ref: Any = None
+    # When the record was written to the raw topic (its Kafka timestamp, ms): the "now" the
+    # poison rule measures its event time against. None or negative: not known, not checked.
+    written_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +153,7 @@ class PartitionRouter:
         retention_ms: int,
         ordered: bool = True,
         max_held: int = 100_000,
+        future_tolerance_ms: int | None = None,
     ) -> None:
         self.partition = partition
         self.identity = identity
@@ -146,6 +161,9 @@ class PartitionRouter:
         self.retention_ms = retention_ms
         self.ordered = ordered
         self.max_held = max_held
+        # None: no record is judged a poison timestamp (the pure-rule tests that need none)
+        self.future_tolerance_ms = future_tolerance_ms
+        self._tolerance = NO_LIMIT if future_tolerance_ms is None else future_tolerance_ms
         self.epoch: int | None = None
         self.horizon: int | None = None
         self.timeline: Timeline | None = None
@@ -242,12 +260,14 @@ class PartitionRouter:
             out.extend(self._release())
         return out
 
-    def suppresses(self, version: str, t: int) -> bool:
+    def suppresses(self, version: str, t: int, written_at: int | None = None) -> bool:
         """The fast half of :meth:`observe` for a well-formed data record: True (and counted)
         when ``version`` is not the primary for ``t``; then nothing else about the record is
-        needed. Half of all raw records are the other version's. Otherwise the caller gets
-        the decision from :meth:`decide`."""
+        needed. Half of all raw records are the other version's. Otherwise (a poison
+        timestamp too) the caller gets the decision from :meth:`decide`."""
         if self.timeline is None or version == self._primaries[self._segment(t)]:
+            return False
+        if written_at is not None and t - self._tolerance > written_at >= 0:
             return False
         self._count_suppressed(version, t)
         return True
@@ -258,6 +278,9 @@ class PartitionRouter:
         return self._decide(rec)
 
     def _decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
+        w = rec.written_at
+        if w is not None and rec.event_time - self._tolerance > w >= 0:  # type: ignore[operator]
+            return self._poison(rec, w)
         if self.timeline is None:
             if not releasing:
                 self.held.append(rec)
@@ -292,6 +315,15 @@ class PartitionRouter:
         self.store.add(ident, t)
         self.counters.forwarded += 1
         return Decision(Outcome.FORWARD, rec)
+
+    def _poison(self, rec: Incoming, written_at: int) -> Decision:
+        self.counters.dead_lettered += 1
+        ahead = rec.event_time - written_at  # type: ignore[operator]
+        return Decision(Outcome.DEAD_LETTER, rec, f"event time {rec.event_time} is {ahead} ms "
+                        f"ahead of the time the record was written ({written_at}), beyond "
+                        f"future_tolerance_ms ({self.future_tolerance_ms} ms): a poison "
+                        "timestamp would move the partition's horizon; fix the job's event "
+                        "time, or raise future_tolerance_ms if such records are expected")
 
     def _segment(self, t: int) -> int:
         """Index of the timeline segment that rules event time ``t`` (most records fall in
@@ -361,12 +393,3 @@ class PartitionRouter:
             return None
         return self._bounds[-1]
 
-
-def make_router_factory(
-    *, identity: IdentityFn, retention_ms: int, ordered: bool, max_held: int
-) -> Callable[[int, DedupLookup], PartitionRouter]:
-    def make(partition: int, store: DedupLookup) -> PartitionRouter:
-        return PartitionRouter(partition, identity=identity, store=store,
-                               retention_ms=retention_ms, ordered=ordered, max_held=max_held)
-
-    return make

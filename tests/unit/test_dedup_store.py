@@ -131,7 +131,7 @@ def test_a_forced_false_positive_on_an_unflushed_batch(tmp_path: Path) -> None:
     """The bits of an identity set by hand (a false positive for certain), while another
     identity waits in the unwritten batch."""
     with DedupStore(tmp_path / "p0") as store:
-        (a, ta), (b, tb) = ids(2)
+        (a, ta), (b, _) = ids(2)
         store.add(a, ta)
         i, m = position(b, store._imask)
         store._buckets[ta - ta % store._span].words[i] |= m

@@ -326,9 +326,10 @@ class DataPath:
             router = PartitionRouter(p, identity=rt.identity, store=None,  # type: ignore[arg-type]
                                      retention_ms=rs.dedup.retention_ms,
                                      ordered=rs.handover is Handover.ORDERED,
-                                     max_held=rs.max_held)
+                                     max_held=rs.max_held,
+                                     future_tolerance_ms=rs.future_tolerance_ms)
             path = self._store_path(route, p)
-            store = DedupStore(path)
+            store = DedupStore(path, rs.dedup)
             store_seq = int(store.get_meta("seq") or b"0")
             if ck is not None:
                 router.restore(ck.snapshot)
@@ -344,7 +345,7 @@ class DataPath:
             if fresh:
                 store.destroy()
                 shutil.rmtree(path, ignore_errors=True)
-                store = DedupStore(path)
+                store = DedupStore(path, rs.dedup)
                 start = min(start, rebuild_from)
             router.store = store
             preps[(route, p)] = (router, store, seq, offsets, rebuild_from, start, fresh, gen)
@@ -424,10 +425,11 @@ class DataPath:
                 continue
             version, t = fast
             router = owned.router
-            if router.suppresses(version, t):
+            written = msg.timestamp()[1]
+            if router.suppresses(version, t, written):
                 continue
             d = router.decide(Incoming(version, t, None, msg.key(), msg.value(), False, None,
-                                       Ref(topic, off, headers, owned.out_pos)))
+                                       Ref(topic, off, headers, owned.out_pos), written))
             if d.outcome is forward and not owned.skip:
                 self._queue_forward(owned, topic, off, headers, msg.key(), msg.value())
             else:
@@ -443,7 +445,7 @@ class DataPath:
                            ref=ref)
         else:
             inc = Incoming(tag.version, tag.event_time, tag.watermark, msg.key(), msg.value(),
-                           tag.kind is RecordKind.HEARTBEAT, None, ref)
+                           tag.kind is RecordKind.HEARTBEAT, None, ref, msg.timestamp()[1])
         self._act_owned(owned, owned.router.observe(inc))
 
     def _consumer_error(self, msg: Message) -> None:

@@ -27,6 +27,8 @@ from array import array
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
+import numpy as np
+
 BITS_PER_IDENTITY = 4
 MAX_LIVE_BUCKETS = 4
 SPANS_PER_RETENTION = 2
@@ -48,6 +50,8 @@ def _masks() -> list[int]:
 
 
 MASKS: list[int] = _masks()
+_MASKS_NP = np.array(MASKS, dtype=np.uint64)
+_HIGH_SHIFT = np.uint64(_MASK_SHIFT - 64)
 
 
 def words_per_bucket(filter_bytes: int) -> int:
@@ -76,16 +80,13 @@ def new_words(n: int) -> array:
     return array("Q", bytes(8 * n))
 
 
-def position(identity: bytes, imask: int) -> tuple[int, int]:
-    """(word index, bit mask) of an identity in a bucket of ``imask + 1`` words."""
-    h = int.from_bytes(identity, "little")
-    return h & imask, MASKS[h >> _MASK_SHIFT]
-
-
-def mark_all(words: array, identities: list[bytes], imask: int) -> None:
-    """Set the bits of many identities (a rebuild): the per-identity path, unrolled."""
-    fb = int.from_bytes
-    masks = MASKS
-    for ident in identities:
-        h = fb(ident, "little")
-        words[h & imask] |= masks[h >> _MASK_SHIFT]
+def mark(words: array, identities: bytes, imask: int) -> None:
+    """Set the bits of many identities (16 bytes each, concatenated) in one bucket: the
+    per-identity work of :meth:`DedupStore.add`, done for a whole batch at once by numpy
+    (a Python loop over the same costs ~0.2 us per identity)."""
+    if not identities:
+        return
+    halves = np.frombuffer(identities, dtype="<u8").reshape(-1, 2)
+    index = (halves[:, 0] & np.uint64(imask)).astype(np.intp)
+    np.bitwise_or.at(np.frombuffer(words, dtype=np.uint64), index,
+                     _MASKS_NP[halves[:, 1] >> _HIGH_SHIFT])

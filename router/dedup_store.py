@@ -38,23 +38,28 @@ import sys
 from array import array
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch
+import numpy as np
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch
 
 from cutover.settings import DedupSettings
 from router.dedup_filter import (
     _MASK_SHIFT,
     MASKS,
     Bucket,
+    mark,
     new_words,
     span_of,
     words_per_bucket,
 )
+from router.identity import IDENTITY_BYTES
 
 FORMAT_MARKER = b"cutover-dedup-store/2"
 _EARLIER_FORMATS = (b"cutover-dedup-store/1",)
 _MARKER_KEY = b"mformat"
 _FILTERS_KEY = b"mfilters"
 _BIAS = 1 << 63
+_KEY_BYTES = 9 + IDENTITY_BYTES
+_REBUILD_CHUNK = 1 << 16  # keys marked per numpy call when filters are rebuilt
 _from_bytes = int.from_bytes
 
 
@@ -96,12 +101,12 @@ class DedupStore:
         self._buckets: dict[int, Bucket] = {}
         self._live: list[array] = []        # live buckets' bits, newest first: the lookups
         self._max_t: int | None = None      # newest bucket start seen (a lower bound)
-        self._pending: dict[bytes, bytes] = {}   # identity -> its bucket's key prefix
+        # Identities added since the last flush -> event time: looked up here; their filter
+        # bits and keys are set at the flush, for the whole batch at once.
+        self._pending: dict[bytes, int] = {}
         self._pending_meta: dict[bytes, bytes] = {}
         self._opened: list[Bucket] = []     # buckets to register at the next flush
         self._dropped: list[Bucket] = []    # buckets to delete at the next flush
-        self._last: bytes | None = None     # the identity of the last lookup, and its bits
-        self._last_pos = (0, 0)
         self.disk_reads = 0                 # lookups the filter passed on to RocksDB
         self.false_positives = 0            # ... that RocksDB answered "not there"
         self.filters_rebuilt = False        # this open scanned the keys (no clean close)
@@ -176,33 +181,27 @@ class DedupStore:
         self._relive()
 
     def _rebuild_filters(self) -> None:
-        """Set every bucket's bits from the keys on disk: one pass, nothing kept but bits."""
+        """Set every bucket's bits from its keys on disk: one pass, in chunks, holding no more
+        than a chunk of keys (the registry and the keys are written in one batch, so every
+        key belongs to a registered bucket)."""
         self.filters_rebuilt = True
-        nwords, imask, masks, fb = self._imask + 1, self._imask, MASKS, _from_bytes
+        nwords = self._imask + 1
         for b in self._buckets.values():
             b.words, b.count = new_words(nwords), 0
-        prefix = b""
-        words = new_words(0)
-        bucket: Bucket | None = None
-        n = 0
-        for key in self._db.keys(from_key=b"t"):
-            if key[:9] != prefix:
-                if bucket is not None:
-                    bucket.count += n
-                if key[:1] != b"t":
-                    bucket = None
-                    break
-                prefix = key[:9]
-                start = _untime(prefix[1:])
-                bucket = self._buckets.get(start)
-                if bucket is None:  # identities whose registry entry is missing: re-register
-                    bucket = self._new_bucket(start)
-                words, n = bucket.words, 0
-            h = fb(key, "little") >> 72  # the identity: the key's last 16 bytes
-            words[h & imask] |= masks[h >> _MASK_SHIFT]
-            n += 1
-        if bucket is not None:
-            bucket.count += n
+            bound = ReadOptions()
+            bound.set_iterate_upper_bound(b"t" + _t(b.start + 1))
+            chunk: list[bytes] = []
+            for key in self._db.keys(from_key=b.key_prefix, read_opt=bound):
+                chunk.append(key)
+                if len(chunk) == _REBUILD_CHUNK:
+                    self._mark_keys(b, chunk)
+                    chunk.clear()
+            self._mark_keys(b, chunk)
+
+    def _mark_keys(self, b: Bucket, keys: list[bytes]) -> None:
+        rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, _KEY_BYTES)
+        mark(b.words, np.ascontiguousarray(rows[:, 9:]).tobytes(), self._imask)
+        b.count += len(keys)
 
     def _new_bucket(self, start: int) -> Bucket:
         b = Bucket(start, start + self._span, new_words(self._imask + 1),
@@ -217,20 +216,18 @@ class DedupStore:
     # -- identities -----------------------------------------------------------------------
 
     def __contains__(self, identity: bytes) -> bool:
+        if identity in self._pending:
+            return True
         h = _from_bytes(identity, "little")
         i = h & self._imask
         m = MASKS[h >> _MASK_SHIFT]
-        self._last = identity
-        self._last_pos = (i, m)
         for words in self._live:
             if words[i] & m == m:
                 return self._confirm(identity, i, m)
         return False
 
     def _confirm(self, identity: bytes, i: int, m: int) -> bool:
-        """The filter says maybe: ask the batch not yet written, then RocksDB."""
-        if identity in self._pending:
-            return True
+        """The filter says maybe: ask RocksDB, in each bucket whose bits are all set."""
         get = self._db.get
         for start in sorted(self._buckets, reverse=True):
             b = self._buckets[start]
@@ -242,24 +239,42 @@ class DedupStore:
         return False
 
     def add(self, identity: bytes, event_time: int) -> None:
-        if identity is self._last:
-            i, m = self._last_pos
-        else:
-            h = _from_bytes(identity, "little")
-            i, m = h & self._imask, MASKS[h >> _MASK_SHIFT]
-        b = self._buckets.get(event_time - event_time % self._span)
-        if b is None:
-            b = self._open_bucket(event_time)
-            if b is None:
-                return
-        b.words[i] |= m
-        b.count += 1
-        self._pending[identity] = b.key_prefix
+        self._pending[identity] = event_time
 
-    def _open_bucket(self, event_time: int) -> Bucket | None:
-        """The bucket of ``event_time``, opened now; None if it is older than anything the
-        router can still look up (see the module docstring)."""
-        start = event_time - event_time % self._span
+    def _place_pending(self, batch: WriteBatch) -> None:
+        """Put the batch's identities into their buckets: filter bits (numpy, per bucket)
+        and keys. Buckets open here, newest first, so that one older than anything the router
+        can still look up is never opened (see the module docstring)."""
+        pending = self._pending
+        identities = list(pending)
+        joined = b"".join(identities)
+        if len(joined) != IDENTITY_BYTES * len(identities):
+            raise ValueError(f"dedup identities are {IDENTITY_BYTES} bytes (router.identity)")
+        times = np.fromiter(pending.values(), dtype=np.int64, count=len(identities))
+        starts = times - times % self._span
+        first = int(starts[0])
+        if (starts == first).all():  # the usual batch: one bucket
+            groups = [(first, identities, joined)]
+        else:
+            groups = []
+            for start in np.unique(starts)[::-1]:
+                rows = np.flatnonzero(starts == start)
+                group = [identities[r] for r in rows]
+                groups.append((int(start), group, b"".join(group)))
+        put = batch.put
+        for start, group, raw in groups:
+            b = self._buckets.get(start) or self._open_bucket(start)
+            if b is None:
+                continue
+            mark(b.words, raw, self._imask)
+            b.count += len(group)
+            prefix = b.key_prefix
+            for identity in group:
+                put(prefix + identity, b"")
+
+    def _open_bucket(self, start: int) -> Bucket | None:
+        """The bucket starting at ``start``, opened now; None if it is older than anything
+        the router can still look up."""
         top = start if self._max_t is None else max(self._max_t, start)
         cut = top - self._retention - self._span
         if start + self._span <= cut:
@@ -301,18 +316,17 @@ class DedupStore:
         if not (self._pending or self._pending_meta or self._opened or self._dropped):
             return
         batch = WriteBatch(raw_mode=True)
+        if self._pending:
+            self._place_pending(batch)
         for b in self._opened:
             batch.put(b"b" + b.key_prefix[1:], _t(b.end))
-        put = batch.put
-        for identity, prefix in self._pending.items():
-            put(prefix + identity, b"")
-        for b in self._dropped:  # after the puts: an identity of a dropped bucket goes too
+        for b in self._dropped:
             start = b.key_prefix[1:]
             batch.delete_range(b.key_prefix, b"t" + _t(b.start + 1))
             batch.delete(b"b" + start)
             batch.delete(b"f" + start)
         for key, value in self._pending_meta.items():
-            put(key, value)
+            batch.put(key, value)
         self._db.write(batch)
         self._pending.clear()
         self._pending_meta.clear()
@@ -323,16 +337,17 @@ class DedupStore:
         """Forget the buckets that end at or below ``before_event_time`` (their identities are
         all older); return how many identities they held. Identities at or above it are kept,
         and some below it may be, until their whole bucket is below."""
+        self.flush()
         gone = [b for b in self._buckets.values() if b.end <= before_event_time]
         if gone:
             self._drop(gone)
             self._relive()
-        self.flush()
+            self.flush()
         return sum(b.count for b in gone)
 
     def __len__(self) -> int:
-        """Identities added to the live buckets (one added twice counts twice)."""
-        return sum(b.count for b in self._buckets.values())
+        """Identities added and not purged (one added twice counts twice)."""
+        return sum(b.count for b in self._buckets.values()) + len(self._pending)
 
     @property
     def filter_bytes(self) -> int:

@@ -8,7 +8,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from cutover.settings import DedupSettings
-from router.dedup_filter import MAX_LIVE_BUCKETS, position
+from router.dedup_filter import MAX_LIVE_BUCKETS, mark
 from router.dedup_store import DedupStore, DedupStoreError
 from router.identity import record_identity
 
@@ -127,16 +127,17 @@ def test_a_false_positive_costs_a_read_never_a_loss(tmp_path: Path) -> None:
         assert all(ident in store for ident, _ in ids(200))
 
 
-def test_a_forced_false_positive_on_an_unflushed_batch(tmp_path: Path) -> None:
+def test_a_forced_false_positive_with_a_batch_not_yet_written(tmp_path: Path) -> None:
     """The bits of an identity set by hand (a false positive for certain), while another
-    identity waits in the unwritten batch."""
+    identity waits in the batch not yet written."""
     with DedupStore(tmp_path / "p0") as store:
-        (a, ta), (b, _) = ids(2)
+        (a, ta), (b, _), (c, tc) = ids(3)
         store.add(a, ta)
-        i, m = position(b, store._imask)
-        store._buckets[ta - ta % store._span].words[i] |= m
+        store.flush()
+        store.add(c, tc)
+        mark(store._buckets[ta - ta % store._span].words, b, store._imask)
         assert b not in store and store.false_positives == 1 and store.disk_reads == 1
-        assert a in store
+        assert a in store and c in store and store.disk_reads == 2
 
 
 def test_live_buckets_and_memory_stay_bounded_when_event_time_races(tmp_path: Path) -> None:

@@ -16,12 +16,13 @@ of RSS per identity; this store's RSS is flat in the number of identities.
 Layout (raw byte keys; a bucket's prefix is its start, 8 bytes, biased to sort negatives):
   ``t`` + bucket start + identity -> ``b""``   (the purge drops a bucket with one range delete)
   ``b`` + bucket start            -> bucket end
-  ``f`` + bucket start            -> the bucket's filter bits, written on a clean close
   ``m`` + name                    -> metadata (format marker, filter manifest, caller's meta)
 
-Opening reads the filters saved by the last clean close (``mfilters`` is deleted on open, so a
-crash afterwards cannot leave stale filters trusted); after a crash it rebuilds them by one
-scan of the keys, holding no identity in memory.
+A clean close writes the filter bits to ``cutover-filters.bin`` beside RocksDB's files (a
+plain file: as RocksDB values they went through the memtable and an SST at every close) and
+then their manifest, ``mfilters``. Opening reads them back; the manifest is deleted on
+open, so a crash afterwards cannot leave stale filters trusted. After a crash, one scan of the
+keys rebuilds them, holding no identity in memory.
 
 A bucket whose span ends more than retention plus one span below the newest event time added
 is dropped when a newer bucket opens, so the live buckets stay at most four even between the
@@ -57,6 +58,7 @@ FORMAT_MARKER = b"cutover-dedup-store/2"
 _EARLIER_FORMATS = (b"cutover-dedup-store/1",)
 _MARKER_KEY = b"mformat"
 _FILTERS_KEY = b"mfilters"
+FILTERS_FILE = "cutover-filters.bin"
 _BIAS = 1 << 63
 _KEY_BYTES = 9 + IDENTITY_BYTES
 _REBUILD_CHUNK = 1 << 16  # keys marked per numpy call when filters are rebuilt
@@ -167,13 +169,18 @@ class DedupStore:
         saved = json.loads(manifest) if manifest is not None else None
         if saved is not None:
             self._db.delete(_FILTERS_KEY)  # trusted once: a crash from here on rebuilds
+        starts = sorted(self._buckets)
+        file = self.path / FILTERS_FILE
         if (saved is not None and saved["words"] == nwords
-                and set(saved["counts"]) == {str(s) for s in self._buckets}):
-            for start, b in self._buckets.items():
-                b.words.frombytes(self._db.get(b"f" + _t(start)))
-                if sys.byteorder == "big":
-                    b.words.byteswap()
-                b.count = saved["counts"][str(start)]
+                and saved["starts"] == starts and file.is_file()
+                and file.stat().st_size == 8 * nwords * len(starts)):
+            with file.open("rb") as f:
+                for start, count in zip(starts, saved["counts"], strict=True):
+                    b = self._buckets[start]
+                    b.words.fromfile(f, nwords)
+                    if sys.byteorder == "big":
+                        b.words.byteswap()
+                    b.count = count
         else:
             self._rebuild_filters()
         if self._buckets:
@@ -324,7 +331,6 @@ class DedupStore:
             start = b.key_prefix[1:]
             batch.delete_range(b.key_prefix, b"t" + _t(b.start + 1))
             batch.delete(b"b" + start)
-            batch.delete(b"f" + start)
         for key, value in self._pending_meta.items():
             batch.put(key, value)
         self._db.write(batch)
@@ -362,17 +368,18 @@ class DedupStore:
         self._pending.clear()
         self._pending_meta.clear()
         self.flush()  # bucket registrations and drops
-        batch = WriteBatch(raw_mode=True)
-        for b in self._buckets.values():
-            words = b.words
-            if sys.byteorder == "big":
-                words = array("Q", words)
-                words.byteswap()
-            batch.put(b"f" + b.key_prefix[1:], words.tobytes())
-        batch.put(_FILTERS_KEY, json.dumps({
-            "words": self._imask + 1,
-            "counts": {str(s): b.count for s, b in self._buckets.items()}}).encode())
-        self._db.write(batch)
+        starts = sorted(self._buckets)
+        with (self.path / FILTERS_FILE).open("wb") as f:
+            for start in starts:
+                words = self._buckets[start].words
+                if sys.byteorder == "big":
+                    words = array("Q", words)
+                    words.byteswap()
+                words.tofile(f)
+        # The manifest last: present only if the file before it is complete.
+        self._db.put(_FILTERS_KEY, json.dumps({
+            "words": self._imask + 1, "starts": starts,
+            "counts": [self._buckets[s].count for s in starts]}).encode())
         self._db.close()
 
     def destroy(self) -> None:

@@ -255,7 +255,7 @@ class PartitionRouter:
             released = self._advance_closed()
         if rec.heartbeat:
             return self._release() if released else []
-        out = [self._decide(rec)]
+        out = [self.decide(rec)]
         if released:
             out.extend(self._release())
         return out
@@ -265,19 +265,26 @@ class PartitionRouter:
         when ``version`` is not the primary for ``t``; then nothing else about the record is
         needed. Half of all raw records are the other version's. Otherwise (a poison
         timestamp too) the caller gets the decision from :meth:`decide`."""
-        if self.timeline is None or version == self._primaries[self._segment(t)]:
+        prims = self._primaries
+        if not prims:
+            return False
+        lb = self._last_bound  # most records fall in the last segment: checked first
+        if version == (prims[-1] if lb is None or t >= lb
+                       else prims[bisect.bisect_right(self._bounds, t)]):
             return False
         if written_at is not None and t - self._tolerance > written_at >= 0:
             return False
-        self._count_suppressed(version, t)
+        h = self.horizon
+        if h is None or t > h:
+            self.horizon = t
+        sup = self.counters.suppressed
+        sup[version] = sup.get(version, 0) + 1
         return True
 
-    def decide(self, rec: Incoming) -> Decision:
+    def decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
         """:meth:`observe` for a well-formed data record (no error, not a heartbeat): such a
-        record never releases others, so its answer is exactly one decision."""
-        return self._decide(rec)
-
-    def _decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
+        record never releases others, so its answer is exactly one decision. ``releasing``:
+        the record is already held (a release re-decides it)."""
         w = rec.written_at
         if w is not None and rec.event_time - self._tolerance > w >= 0:  # type: ignore[operator]
             return self._poison(rec, w)
@@ -286,7 +293,9 @@ class PartitionRouter:
                 self.held.append(rec)
             return Decision(Outcome.HOLD, rec, "no cutover plan for this route yet")
         t: int = rec.event_time  # type: ignore[assignment]
-        seg = self._segment(t)
+        lb = self._last_bound
+        seg = (len(self._bounds) if lb is None or t >= lb
+               else bisect.bisect_right(self._bounds, t))
         if rec.version != self._primaries[seg]:
             self._count_suppressed(rec.version, t)
             return Decision(Outcome.SUPPRESS, rec)
@@ -325,16 +334,6 @@ class PartitionRouter:
                         "timestamp would move the partition's horizon; fix the job's event "
                         "time, or raise future_tolerance_ms if such records are expected")
 
-    def _segment(self, t: int) -> int:
-        """Index of the timeline segment that rules event time ``t`` (most records fall in
-        the last one, checked first)."""
-        lb = self._last_bound
-        if lb is None:
-            return 0
-        if t >= lb:
-            return len(self._bounds)
-        return bisect.bisect_right(self._bounds, t)
-
     def _count_suppressed(self, version: str, t: int) -> None:
         self._advance_horizon(t)
         sup = self.counters.suppressed
@@ -370,7 +369,7 @@ class PartitionRouter:
         keep: list[Incoming] = []
         out: list[Decision] = []
         for rec in self.held:
-            d = self._decide(rec, releasing=True)
+            d = self.decide(rec, releasing=True)
             if d.outcome is Outcome.HOLD:
                 keep.append(rec)
             else:

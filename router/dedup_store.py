@@ -276,6 +276,7 @@ class DedupStore:
             mark(b.words, raw, self._imask)
             b.count += len(group)
             prefix = b.key_prefix
+            group.sort()  # RocksDB's memtable takes sorted keys ~25% faster (~0.4 us each)
             for identity in group:
                 put(prefix + identity, b"")
 

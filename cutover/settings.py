@@ -14,6 +14,8 @@ from cutover.plan import RouteName
 from cutover.validation import describe
 
 BOOTSTRAP_ENV = "CUTOVER_BOOTSTRAP"
+MIB = 1 << 20
+FUTURE_TOLERANCE_MS = 600_000  # default, or half the retention when that is shorter
 
 TopicName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
 JsonPath = Annotated[str, Field(pattern=r"^\$?\.?[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")]
@@ -33,6 +35,20 @@ class DedupSettings(BaseModel):
 
     identity: Literal["record", "key_event_time"] | tuple[JsonPath, ...] = "record"
     retention_ms: int = Field(default=3_600_000, gt=0)
+    # Memory of one partition's dedup store, whatever the number of identities in retention
+    # (router.dedup_store). A worker holds one store per raw partition it owns.
+    filter_bytes: int = Field(
+        default=16 * MIB, ge=32,
+        description="front Bloom filter of one partition's store, all its time buckets "
+                    "together; a fuller filter sends more new identities to a RocksDB read, "
+                    "never loses one")
+    block_cache_bytes: int = Field(
+        default=8 * MIB, ge=MIB,
+        description="RocksDB block cache of one partition's store (data, index and filter "
+                    "blocks)")
+    write_buffer_bytes: int = Field(
+        default=8 * MIB, ge=MIB,
+        description="RocksDB memtable size of one partition's store (two at most)")
 
     @field_validator("identity", mode="before")
     @classmethod
@@ -57,11 +73,26 @@ class RouteSettings(BaseModel):
     max_held: int = Field(default=100_000, gt=0,
                           description="records held per partition in ordered handover before "
                                       "the transition is reported stalled")
+    future_tolerance_ms: int | None = Field(
+        default=None, gt=0,
+        description="a data record whose event time is further than this ahead of the time "
+                    "it was written to the raw topic goes to the dead-letter topic (a poison "
+                    "timestamp); default 10 minutes, or half of dedup.retention_ms if shorter")
 
     @model_validator(mode="after")
     def _defaults(self) -> RouteSettings:
         if self.dead_letter is None:
             object.__setattr__(self, "dead_letter", f"{self.output}.dlq")
+        retention = self.dedup.retention_ms
+        if self.future_tolerance_ms is None:
+            object.__setattr__(self, "future_tolerance_ms",
+                               min(FUTURE_TOLERANCE_MS, max(1, retention // 2)))
+        elif self.future_tolerance_ms >= retention:
+            raise ValueError(
+                f"future_tolerance_ms ({self.future_tolerance_ms}) must be below "
+                f"dedup.retention_ms ({retention}): a record that far ahead moves the "
+                "partition's horizon, and records older than horizon - retention go to the "
+                "dead-letter topic; lower future_tolerance_ms or raise retention_ms")
         clash = {self.output, self.dead_letter, self.shadow} & set(self.inputs)
         if clash:
             raise ValueError(f"topic {sorted(t for t in clash if t)[0]!r} is both an input and "

@@ -273,10 +273,11 @@ class DataPath:
                 continue
             version, t = fast
             router = owned.router
-            if router.suppresses(version, t):
+            written = msg.timestamp()[1]
+            if router.suppresses(version, t, written):
                 continue
             d = router.decide(Incoming(version, t, None, msg.key(), msg.value(), False, None,
-                                       Ref(topic, off, headers, dur.out_pos)))
+                                       Ref(topic, off, headers, dur.out_pos), written))
             if d.outcome is forward and not dur.skip:
                 queue_forward(owned, topic, off, headers, msg.key(), msg.value())
             else:
@@ -292,7 +293,7 @@ class DataPath:
                            ref=ref)
         else:
             inc = Incoming(tag.version, tag.event_time, tag.watermark, msg.key(), msg.value(),
-                           tag.kind is RecordKind.HEARTBEAT, None, ref)
+                           tag.kind is RecordKind.HEARTBEAT, None, ref, msg.timestamp()[1])
         self._act(owned, owned.router.observe(inc))
 
     def _consumer_error(self, msg: Message) -> None:

@@ -12,6 +12,17 @@ timeline only above ``H``: its boundaries at or below ``H`` move to ``H + 1`` ("
 the new plan only adds boundaries to the old one this is exactly "every boundary <= H is pinned
 to H + 1"; when it also rewrites history below ``H`` (a retroactive rollback), the history
 below ``H`` stays as decided.
+
+Poison timestamps: a data record whose event time is more than ``future_tolerance_ms`` ahead
+of the time it was written to the raw topic goes to the dead-letter topic before anything else
+looks at it, so it moves no horizon, retention window or pin (one record stamped ten years
+ahead used to move its partition's horizon there, and every later record of the partition went
+to the dead-letter topic as older than the retention). "Now" is the record's own write time
+(its Kafka timestamp, set by the tagger's producer or by the broker), not the router's clock:
+a replay after a restart, on any worker, then sees the same "now" and decides the same way.
+With the router's clock a replay would come later, could forward a record it had
+dead-lettered, move the horizon differently and pin a later plan elsewhere than the first run
+did. Old event times (backfills) are never poison.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from cutover.plan import CutoverPlan
 from router.identity import IdentityError, IdentityFn
 
 NO_WATERMARK = -(1 << 63)
+NO_LIMIT = 1 << 63
 
 
 class Outcome(StrEnum):
@@ -49,6 +61,9 @@ class Incoming:
     heartbeat: bool = False
     error: str | None = None     # a header problem found by the caller -> dead letter
     ref: Any = None
+    # When the record was written to the raw topic (its Kafka timestamp, ms): the "now" the
+    # poison rule measures its event time against. None or negative: not known, not checked.
+    written_at: int | None = None
 
 
 @dataclass(slots=True)
@@ -139,6 +154,7 @@ class PartitionRouter:
         retention_ms: int,
         ordered: bool = True,
         max_held: int = 100_000,
+        future_tolerance_ms: int | None = None,
     ) -> None:
         self.partition = partition
         self.identity = identity
@@ -146,6 +162,9 @@ class PartitionRouter:
         self.retention_ms = retention_ms
         self.ordered = ordered
         self.max_held = max_held
+        # None: no record is judged a poison timestamp (the pure-rule tests that need none)
+        self.future_tolerance_ms = future_tolerance_ms
+        self._tolerance = NO_LIMIT if future_tolerance_ms is None else future_tolerance_ms
         self.epoch: int | None = None
         self.horizon: int | None = None
         self.timeline: Timeline | None = None
@@ -238,33 +257,47 @@ class PartitionRouter:
             released = self._advance_closed()
         if rec.heartbeat:
             return self._release() if released else []
-        out = [self._decide(rec)]
+        out = [self.decide(rec)]
         if released:
             out.extend(self._release())
         return out
 
-    def suppresses(self, version: str, t: int) -> bool:
+    def suppresses(self, version: str, t: int, written_at: int | None = None) -> bool:
         """The fast half of :meth:`observe` for a well-formed data record: True (and counted)
         when ``version`` is not the primary for ``t``; then nothing else about the record is
-        needed. Half of all raw records are the other version's. Otherwise the caller gets
-        the decision from :meth:`decide`."""
-        if self.timeline is None or version == self._primaries[self._segment(t)]:
+        needed. Half of all raw records are the other version's. Otherwise (a poison
+        timestamp too) the caller gets the decision from :meth:`decide`."""
+        prims = self._primaries
+        if not prims:
             return False
-        self._count_suppressed(version, t)
+        lb = self._last_bound  # most records fall in the last segment: checked first
+        if version == (prims[-1] if lb is None or t >= lb
+                       else prims[bisect.bisect_right(self._bounds, t)]):
+            return False
+        if written_at is not None and t - self._tolerance > written_at >= 0:
+            return False
+        h = self.horizon
+        if h is None or t > h:
+            self.horizon = t
+        sup = self.counters.suppressed
+        sup[version] = sup.get(version, 0) + 1
         return True
 
-    def decide(self, rec: Incoming) -> Decision:
+    def decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
         """:meth:`observe` for a well-formed data record (no error, not a heartbeat): such a
-        record never releases others, so its answer is exactly one decision."""
-        return self._decide(rec)
-
-    def _decide(self, rec: Incoming, *, releasing: bool = False) -> Decision:
+        record never releases others, so its answer is exactly one decision. ``releasing``:
+        the record is already held (a release re-decides it)."""
+        w = rec.written_at
+        if w is not None and rec.event_time - self._tolerance > w >= 0:  # type: ignore[operator]
+            return self._poison(rec, w)
         if self.timeline is None:
             if not releasing:
                 self.held.append(rec)
             return Decision(Outcome.HOLD, rec, "no cutover plan for this route yet")
         t: int = rec.event_time  # type: ignore[assignment]
-        seg = self._segment(t)
+        lb = self._last_bound
+        seg = (len(self._bounds) if lb is None or t >= lb
+               else bisect.bisect_right(self._bounds, t))
         if rec.version != self._primaries[seg]:
             self._count_suppressed(rec.version, t)
             return Decision(Outcome.SUPPRESS, rec)
@@ -294,15 +327,14 @@ class PartitionRouter:
         self.counters.forwarded += 1
         return Decision(Outcome.FORWARD, rec)
 
-    def _segment(self, t: int) -> int:
-        """Index of the timeline segment that rules event time ``t`` (most records fall in
-        the last one, checked first)."""
-        lb = self._last_bound
-        if lb is None:
-            return 0
-        if t >= lb:
-            return len(self._bounds)
-        return bisect.bisect_right(self._bounds, t)
+    def _poison(self, rec: Incoming, written_at: int) -> Decision:
+        self.counters.dead_lettered += 1
+        ahead = rec.event_time - written_at  # type: ignore[operator]
+        return Decision(Outcome.DEAD_LETTER, rec, f"event time {rec.event_time} is {ahead} ms "
+                        f"ahead of the time the record was written ({written_at}), beyond "
+                        f"future_tolerance_ms ({self.future_tolerance_ms} ms): a poison "
+                        "timestamp would move the partition's horizon; fix the job's event "
+                        "time, or raise future_tolerance_ms if such records are expected")
 
     def _count_suppressed(self, version: str, t: int) -> None:
         self._advance_horizon(t)
@@ -339,7 +371,7 @@ class PartitionRouter:
         keep: list[Incoming] = []
         out: list[Decision] = []
         for rec in self.held:
-            d = self._decide(rec, releasing=True)
+            d = self.decide(rec, releasing=True)
             if d.outcome is Outcome.HOLD:
                 keep.append(rec)
             else:

@@ -20,6 +20,10 @@ from router.dedup_store import DedupStore
 from router.identity import IdentityError, IdentityFn
 from router.kafka_io import read_to_end
 
+# A rebuild reads up to the retention window's worth of output back: its identities go to
+# RocksDB in batches of this many, so the rebuild's memory does not grow with the window.
+REBUILD_FLUSH_EVERY = 20_000
+
 
 @dataclass
 class ReadBack:
@@ -56,6 +60,8 @@ def read_back_outputs(conf: dict[str, Any], output: str, wanted: dict[int, ReadB
         p = msg.partition()
         w = wanted[p]
         note(out[p], msg, w.resume, identity, w.store)
+        if w.store.pending >= REBUILD_FLUSH_EVERY:
+            w.store.flush()  # delivered records' identities: safe to write now
     for w in wanted.values():
         w.store.flush()
     return out

@@ -60,7 +60,7 @@ def restore(rt: RouteRuntime, partition: int, ck: Checkpoint | None, state_dir: 
     """One partition's checkpoint and local store, before the read-back."""
     rs = rt.settings
     path = store_path(state_dir, rs.name, partition)
-    store = DedupStore(path)
+    store = DedupStore(path, rs.dedup)
     store_seq = int(store.get_meta("seq") or b"0")
     if ck is not None:
         offsets = dict(ck.offsets)
@@ -75,11 +75,12 @@ def restore(rt: RouteRuntime, partition: int, ck: Checkpoint | None, state_dir: 
     if stale:
         store.destroy()
         shutil.rmtree(path, ignore_errors=True)
-        store = DedupStore(path)
+        store = DedupStore(path, rs.dedup)
         start = min(start, rebuild_from)
     router = PartitionRouter(partition, identity=rt.identity, store=store,
                              retention_ms=rs.dedup.retention_ms,
-                             ordered=rs.handover is Handover.ORDERED, max_held=rs.max_held)
+                             ordered=rs.handover is Handover.ORDERED, max_held=rs.max_held,
+                             future_tolerance_ms=rs.future_tolerance_ms)
     if ck is not None:
         router.restore(ck.snapshot)
     return Restored(rt, partition, router, store, seq, offsets, rebuild_from, start, stale, gen)

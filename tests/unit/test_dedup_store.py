@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from rocksdict import Rdict
+from rocksdict import Options, Rdict
 
+from cutover.settings import DedupSettings
+from router.dedup_filter import MAX_LIVE_BUCKETS, mark
 from router.dedup_store import DedupStore, DedupStoreError
 from router.identity import record_identity
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ids(n: int, start: int = 0) -> list[tuple[bytes, int]]:
@@ -22,14 +28,16 @@ def test_lookups_see_buffered_and_flushed_writes(tmp_path: Path) -> None:
         assert store.pending == 0 and a in store and b not in store
 
 
-def test_reopen_keeps_identities_and_metadata(tmp_path: Path) -> None:
+def test_reopen_keeps_flushed_identities_and_metadata_from_saved_filters(tmp_path: Path) -> None:
     path = tmp_path / "p0"
     store = DedupStore(path)
     for ident, t in ids(1000):
         store.add(ident, t)
     store.put_meta("snapshot", b'{"x": 1}')
+    store.flush()
     store.close()
     store = DedupStore(path)
+    assert not store.filters_rebuilt  # a clean close saved them
     assert all(ident in store for ident, _ in ids(1000))
     assert not any(ident in store for ident, _ in ids(10, start=1000))
     assert store.get_meta("snapshot") == b'{"x": 1}'
@@ -37,15 +45,127 @@ def test_reopen_keeps_identities_and_metadata(tmp_path: Path) -> None:
     store.close()
 
 
-def test_purge_forgets_only_identities_below_the_cut(tmp_path: Path) -> None:
-    with DedupStore(tmp_path / "p0") as store:
+def test_close_forgets_what_was_not_flushed(tmp_path: Path) -> None:
+    """The router flushes after delivery: an identity added for a record whose output never
+    left must not survive a stop, or the record's replay would be taken for a duplicate."""
+    path = tmp_path / "p0"
+    store = DedupStore(path)
+    (a, ta), (b, tb) = ids(2)
+    store.add(a, ta)
+    store.flush()
+    store.add(b, tb)
+    store.put_meta("seq", b"2")
+    store.close()
+    with DedupStore(path) as store:
+        assert a in store and b not in store and store.get_meta("seq") is None
+
+
+CRASH = """
+import os, sys
+from router.dedup_store import DedupStore
+from router.identity import record_identity
+store = DedupStore(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    store.add(record_identity(b"k", str(i).encode(), i), i)
+store.flush()
+os._exit(9)  # no close: the filters are never saved
+"""
+
+
+def test_after_a_crash_the_filters_are_rebuilt_from_disk(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    with DedupStore(path) as store:  # a clean close first: its saved filters must not be used
+        store.add(*ids(1, start=5000)[0])
+        store.flush()
+    done = subprocess.run([sys.executable, "-c", CRASH, str(path), "3000"], cwd=REPO,
+                          check=False)
+    assert done.returncode == 9
+    with DedupStore(path) as store:
+        assert store.filters_rebuilt
+        assert all(ident in store for ident, _ in ids(3000))
+        assert ids(1, start=5000)[0][0] in store
+        assert not any(ident in store for ident, _ in ids(100, start=6000))
+        assert len(store) == 3001
+
+
+def test_purge_forgets_whole_buckets_below_the_cut(tmp_path: Path) -> None:
+    settings = DedupSettings(retention_ms=100)  # buckets of 50 ms of event time
+    with DedupStore(tmp_path / "p0", settings) as store:
         for ident, t in ids(100, start=-50):  # negative event times order correctly too
             store.add(ident, t)
-        assert store.purge(10) == 60
+        assert len(store) == 100
+        assert store.purge(10) == 50  # [-50, 0) ends below 10; [0, 50) does not
         kept = [t for ident, t in ids(100, start=-50) if ident in store]
-        assert kept == list(range(10, 50))
-        assert len(store) == 40
+        assert kept == list(range(0, 50))
+        assert len(store) == 50
         assert store.purge(10) == 0
+        assert store.purge(50) == 50
+        assert not any(ident in store for ident, _ in ids(100, start=-50))
+
+
+def test_purged_buckets_stay_gone_after_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    with DedupStore(path, DedupSettings(retention_ms=100)) as store:
+        for ident, t in ids(100):
+            store.add(ident, t)
+        store.flush()
+        store.purge(50)
+    with DedupStore(path, DedupSettings(retention_ms=100)) as store:
+        assert [t for ident, t in ids(100) if ident in store] == list(range(50, 100))
+
+
+def test_a_false_positive_costs_a_read_never_a_loss(tmp_path: Path) -> None:
+    """A one-word filter per bucket is full after a few identities: every new identity then
+    passes the filter, and RocksDB must answer that it is not there."""
+    with DedupStore(tmp_path / "p0", DedupSettings(filter_bytes=32)) as store:
+        for ident, t in ids(200):
+            store.add(ident, t)
+        store.flush()
+        fresh = ids(500, start=1000)
+        assert not any(ident in store for ident, _ in fresh)
+        assert store.false_positives == store.disk_reads > 400
+        assert all(ident in store for ident, _ in ids(200))
+
+
+def test_a_forced_false_positive_with_a_batch_not_yet_written(tmp_path: Path) -> None:
+    """The bits of an identity set by hand (a false positive for certain), while another
+    identity waits in the batch not yet written."""
+    with DedupStore(tmp_path / "p0") as store:
+        (a, ta), (b, _), (c, tc) = ids(3)
+        store.add(a, ta)
+        store.flush()
+        store.add(c, tc)
+        mark(store._buckets[ta - ta % store._span].words, b, store._imask)
+        assert b not in store and store.false_positives == 1 and store.disk_reads == 1
+        assert a in store and c in store and store.disk_reads == 2
+
+
+def test_live_buckets_and_memory_stay_bounded_when_event_time_races(tmp_path: Path) -> None:
+    """A backlog read fast moves event time far faster than the router purges: buckets older
+    than the window are dropped as newer ones open, so the filter memory stays put."""
+    settings = DedupSettings(retention_ms=1_000, filter_bytes=4096)
+    with DedupStore(tmp_path / "p0", settings) as store:
+        for ident, t in ids(50_000):
+            store.add(ident, t)
+            if t % 1000 == 0:
+                store.flush()
+                assert len(store._buckets) <= MAX_LIVE_BUCKETS
+                assert store.filter_bytes <= settings.filter_bytes
+        store.flush()
+        recent = [ident for ident, t in ids(50_000) if t >= 49_000 - 1_000]
+        assert all(ident in store for ident in recent)
+        assert len(store) <= 2_000 + 500  # the window plus at most one bucket's slack
+
+
+def test_a_store_of_an_earlier_format_is_started_afresh(tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    db = Rdict(str(path), Options(raw_mode=True))
+    db.put(b"mformat", b"cutover-dedup-store/1")
+    db.put(b"mseq", b"7")
+    db.put(b"t" + bytes(8) + b"x" * 16, b"")
+    db.close()
+    with DedupStore(path) as store:
+        assert store.get_meta("seq") is None and len(store) == 0
 
 
 def test_foreign_directory_is_refused(tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ record of batch j carries the batch's watermark W_j, which records of batch j it
 below (append mode emits the windows that W_j closes), but no record of a later batch is; a
 heartbeat carrying W_j follows the batch's data. Crashes replay whole batches, as Spark does.
 The two versions' deliveries are interleaved arbitrarily and plans arrive at arbitrary points.
+Every record is written at time WRITTEN; one stream in two also carries a poison record, of
+either version, stamped far beyond that time plus the tolerance: it must be dead-lettered and
+change nothing else.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from router.decision import Decision, Incoming, Outcome, PartitionRouter
 from router.identity import identity_function
 
 FAR = 10**9
+WRITTEN = 1_000       # when every record was written to the raw topic (its Kafka timestamp)
+TOLERANCE = 1_000     # every generated event time (0..300) is within it; the poison is not
+POISON_T = 10**12     # were it to move the horizon, everything after would be dead-lettered
+POISON = b"poison"
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,8 @@ def version_delivery(items: list[tuple[int, int]], version: str, changed: list[b
         crash = rnd.randint(done, len(batches) - 1)
         restart = rnd.randint(max(0, done - 2), done)
         for j in range(restart, crash + 1):
-            out.extend(Incoming(i.version, i.t, wms[j], i.key, i.value, ref=i)
-                       for i in batches[j])
+            out.extend(Incoming(i.version, i.t, wms[j], i.key, i.value, ref=i,
+                                written_at=WRITTEN) for i in batches[j])
             if j < crash or rnd.random() < 0.5:  # the crash may lose the last heartbeat
                 out.append(Incoming(version, None, wms[j], heartbeat=True))
         done = crash + 1
@@ -76,6 +83,12 @@ def scenarios(draw: st.DrawFn) -> dict:
     while blue or green:
         src = blue if (blue and (not green or rnd.random() < 0.5)) else green
         merged.append(src.pop(0))
+    if draw(st.booleans()):
+        v = draw(st.sampled_from(["blue", "green"]))
+        poison = Item(v, b"kp", POISON_T, POISON)
+        merged.insert(draw(st.integers(0, len(merged))),
+                      Incoming(v, POISON_T, None, poison.key, poison.value, ref=poison,
+                               written_at=WRITTEN))
     boundary = draw(st.integers(0, 320))
     p1 = draw(st.integers(0, len(merged)))
     p2 = draw(st.integers(p1, len(merged)))
@@ -101,7 +114,8 @@ def events_of(sc: dict, extra_plans: list[tuple[int, CutoverPlan]] = ()) -> list
 def new_router(sc: dict, store: set | None = None) -> PartitionRouter:
     return PartitionRouter(0, identity=identity_function(sc["identity"]),
                            store=store if store is not None else SetStore(),
-                           retention_ms=FAR, ordered=sc["ordered"], max_held=10**6)
+                           retention_ms=FAR, ordered=sc["ordered"], max_held=10**6,
+                           future_tolerance_ms=TOLERANCE)
 
 
 def step(r: PartitionRouter, ev) -> list[Decision]:
@@ -113,13 +127,18 @@ def step(r: PartitionRouter, ev) -> list[Decision]:
 def test_forwarded_set_is_the_reference_exactly_once(sc: dict) -> None:
     r = new_router(sc)
     forwarded: list[Item] = []
+    dead: list[Item] = []
     for ev in events_of(sc):
-        forwarded += [d.record.ref for d in step(r, ev) if d.outcome is Outcome.FORWARD]
+        decisions = step(r, ev)
+        forwarded += [d.record.ref for d in decisions if d.outcome is Outcome.FORWARD]
+        dead += [d.record.ref for d in decisions if d.outcome is Outcome.DEAD_LETTER]
     assert r.held == []
+    assert dead == [rec.ref for rec in sc["merged"] if rec.value == POISON]
 
     # The effective boundary, computed independently: the horizon when the switch arrived is
     # the largest event time delivered before it (every earlier record was decided by then).
-    before = [rec.event_time for rec in sc["merged"][: sc["p2"]] if not rec.heartbeat]
+    before = [rec.event_time for rec in sc["merged"][: sc["p2"]]
+              if not rec.heartbeat and rec.value != POISON]
     horizon = max(before) if before else None
     boundary = sc["boundary"] if horizon is None or sc["boundary"] > horizon else horizon + 1
     expected = Counter()
@@ -149,7 +168,7 @@ def test_replay_from_any_recovery_point_gives_the_same_decisions(sc: dict, data)
     for i, ev in enumerate(events):
         if isinstance(ev, Incoming):
             events[i] = Incoming(ev.version, ev.event_time, ev.watermark, ev.key, ev.value,
-                                 ev.heartbeat, ref=(i, ev.ref))
+                                 ev.heartbeat, ref=(i, ev.ref), written_at=ev.written_at)
 
     r = new_router(sc)
     per_event: list[list[tuple[Outcome, object]]] = []
@@ -184,7 +203,7 @@ def fast_step(r: PartitionRouter, ev) -> list[Decision]:
     """The data path's per-record calls: ``suppresses`` then ``decide`` for a data record."""
     if isinstance(ev, CutoverPlan) or ev.heartbeat or ev.error is not None:
         return step(r, ev)
-    if r.suppresses(ev.version, ev.event_time):
+    if r.suppresses(ev.version, ev.event_time, ev.written_at):
         return [Decision(Outcome.SUPPRESS, ev)]
     return [r.decide(ev)]
 

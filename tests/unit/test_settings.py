@@ -111,3 +111,33 @@ def test_checkpoint_topic_must_be_its_own(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(SettingsError) as err:
         load_settings(path)
     assert message in str(err.value)
+
+
+def test_dedup_memory_and_poison_tolerance_defaults(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    s = load_settings(write(tmp_path, "bootstrap: k:9092\nroutes:\n"
+                                      "  - {name: r, inputs: [r.raw], output: r.out}\n"
+                                      "  - {name: s, inputs: [s.raw], output: s.out,\n"
+                                      "     dedup: {retention_ms: 60000, filter_bytes: 4096}}\n"))
+    r, short = s.routes
+    assert (r.dedup.filter_bytes, r.dedup.block_cache_bytes, r.dedup.write_buffer_bytes) == (
+        16 << 20, 8 << 20, 8 << 20)
+    assert r.future_tolerance_ms == 600_000       # 10 minutes
+    assert short.future_tolerance_ms == 30_000    # half a retention shorter than 20 minutes
+    assert short.dedup.filter_bytes == 4096
+
+
+def test_poison_tolerance_must_stay_below_the_retention(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    path = write(tmp_path, "bootstrap: k:9092\nroutes:\n"
+                           "  - {name: r, inputs: [r.raw], output: r.out,\n"
+                           "     future_tolerance_ms: 3600000, dedup: {retention_ms: 3600000}}\n")
+    with pytest.raises(SettingsError, match=r"future_tolerance_ms \(3600000\) must be below "
+                                            r"dedup.retention_ms .*raise retention_ms"):
+        load_settings(path)
+    with pytest.raises(SettingsError, match="filter_bytes"):
+        load_settings(write(tmp_path, "bootstrap: k:9092\nroutes:\n"
+                                      "  - {name: r, inputs: [r.raw], output: r.out,\n"
+                                      "     dedup: {filter_bytes: 8}}\n"))

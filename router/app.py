@@ -60,10 +60,10 @@ class DataPathService(faust.Service):
         self.engine.stop()
 
 
-def build_app(settings: RouterSettings, worker_id: str | None = None
-              ) -> tuple[RouterApp, DataPathService]:
+def build_app(settings: RouterSettings, worker_id: str | None = None,
+              instance_id: str | None = None) -> tuple[RouterApp, DataPathService]:
     """The Faust app of one worker and the service that runs its data path."""
-    engine = DataPath(settings, worker_id)
+    engine = DataPath(settings, worker_id, instance_id)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     web = settings.http_port is not None
     app = RouterApp(
@@ -99,9 +99,10 @@ def build_app(settings: RouterSettings, worker_id: str | None = None
     return app, service
 
 
-def run_worker(settings: RouterSettings, loglevel: str = "INFO") -> int:
+def run_worker(settings: RouterSettings, loglevel: str = "INFO",
+               instance_id: str | None = None) -> int:
     """Start a worker and block until it stops; return the exit code."""
-    app, service = build_app(settings)
+    app, service = build_app(settings, instance_id=instance_id)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
     try:
         worker.execute_from_commandline()

@@ -58,14 +58,20 @@ POLL_S = 0.05
 # Test-only crash point: "after-checkpoint" exits right after a batch's checkpoint is durable
 # and before its output is produced (the window the resume-offset rule exists for).
 FAILPOINT = os.environ.get("CUTOVER_FAILPOINT", "")
+SESSION_TIMEOUT_MS = 6000
 
 
 class DataPath:
     """The router worker's engine: call :meth:`run` in a thread, :meth:`stop` from another."""
 
-    def __init__(self, settings: RouterSettings, worker_id: str | None = None) -> None:
+    def __init__(self, settings: RouterSettings, worker_id: str | None = None,
+                 instance_id: str | None = None) -> None:
+        """``instance_id``: this worker's stable identity in the group (static membership):
+        restarted with the same id, it gets its partitions back at once instead of after
+        the dead member's session expires."""
         self.settings = settings
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.instance_id = instance_id
+        self.worker_id = worker_id or instance_id or f"{socket.gethostname()}-{os.getpid()}"
         self.stop_event = threading.Event()
         self.ckpt_topic: str = settings.checkpoint_topic or checkpoint_topic(settings.group_id)
         self.book = PlanBook(plan_key_from_env())
@@ -132,7 +138,13 @@ class DataPath:
             "group.id": self.settings.group_id, "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
             "enable.partition.eof": False, "queued.max.messages.kbytes": 262144,
+            # Failover: a dead worker's partitions move after this session timeout (the
+            # smallest a broker allows by default, group.min.session.timeout.ms); librdkafka's
+            # 45 s would leave consumers without output that long.
+            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
         }
+        if self.instance_id:
+            extra["group.instance.id"] = self.instance_id
         conf = client_conf(self.settings, **extra)
         for k, v in extra.items():  # the operator's settings win where given
             conf[k] = self.settings.kafka.get(k, v)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -136,9 +137,15 @@ def end_offsets(
         "enable.auto.commit": False, **(extra or {}),
     })
     try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
-            for p in range(n)
-        }
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                          timeout=timeout)[1]
+                        for p in range(n)}
+            except KafkaException:  # a new topic's leader is not elected yet, or moves
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()

@@ -31,7 +31,13 @@ from cutover.status import (
     Transition,
     parse_status,
 )
-from router.kafka_io import BrokerUnavailable, base_conf, partitions_of, reader_conf
+from router.kafka_io import (
+    BrokerUnavailable,
+    base_conf,
+    offsets_range,
+    partitions_of,
+    reader_conf,
+)
 
 
 class PlanNotPublished(RuntimeError):
@@ -134,8 +140,7 @@ class _Follower:
             # ListOffsets(LATEST) is at or below the real end on every broker (the test
             # broker answers the last batch's base + 1): a start from it reads at least
             # ``tail`` records.
-            low, high = c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10,
-                                                cached=False)
+            low, high = offsets_range(c, TopicPartition(self.topic, p))
             start = max(low, high - self.tail) if self.tail is not None else low
             self.complete = self.complete and start <= low
             self.pos[p] = start

@@ -12,11 +12,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from cutover.settings import SettingsError
+
 # module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "router.cli": ("router", "switch", "status", "wait", "plan"),
     "spark_tagger.cli": ("tag",),
     "cutover.demo": ("demo",),
+    "cutover.doctor": ("doctor",),
 }
 
 
@@ -60,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"cutover {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except SettingsError as exc:  # e.g. a secret reference that does not resolve
+        print(f"cutover {args.command}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"cutover {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from pydantic import ValidationError
 
 from cutover.cli import CliError
+from cutover.kafka_errors import denial, principal_of
 from cutover.plan import (
     CutoverPlan,
     PlanRejected,
@@ -45,6 +46,7 @@ from cutover.status import (
     parse_status,
 )
 from router.kafka_io import (
+    AccessDenied,
     BrokerUnavailable,
     base_conf,
     partitions_of,
@@ -208,6 +210,8 @@ class _Follower:
                 if msg.error() is None:
                     self.pos[msg.partition()] = msg.offset() + 1
                     out.append(msg)
+                elif refused := denial(msg.error(), self.topic, self.conf, "Read"):
+                    raise AccessDenied(refused)
             if not msgs:
                 # The cached high watermark is the last fetch's: ask the broker once per call,
                 # so that a record written before this call is always read by it.
@@ -451,6 +455,12 @@ def _publish(t: Target, plan: CutoverPlan, summary: str) -> int:
     producer.produce(t.control_topic, plan.to_json(), plan.route.encode(),
                      on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
     if producer.flush(15) or errors:
+        refused = [r for r in errors if "authorization failed" in r.lower()]
+        if refused:
+            raise CliError(f"the broker refused to let {principal_of(t.conf)} publish the plan "
+                           f"to {t.control_topic} ({refused[0]}); only the operators' identity "
+                           f"may write it: run switch with their credentials, or grant Write "
+                           f"on {t.control_topic} to this one", 3)
         raise CliError(f"could not publish the plan to {t.control_topic} "
                        f"({errors[0] if errors else 'timeout'}); check the broker and retry", 3)
     print(f"published {summary}")

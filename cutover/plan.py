@@ -11,7 +11,6 @@ import bisect
 import hashlib
 import hmac
 import json
-import os
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -123,8 +122,10 @@ def sign_plan(plan: CutoverPlan, key: bytes) -> CutoverPlan:
 
 
 def plan_key_from_env() -> bytes | None:
-    value = os.environ.get(PLAN_KEY_ENV)
-    return value.encode() if value else None
+    """The signing key: ``CUTOVER_PLAN_KEY``, or the file ``CUTOVER_PLAN_KEY_FILE`` names."""
+    from cutover.secrets import plan_signing_key  # cutover.secrets imports this module
+
+    return plan_signing_key()
 
 
 def parse_plan(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cutover.headers import VERSION_PATTERN
+from spark_tagger.client_security import librdkafka_security
 
 KAFKA_PREFIX = "kafka."
 
@@ -51,7 +52,7 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
         raise KafkaOptionError(
             "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
         )
-    return out
+    return librdkafka_security(out)
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

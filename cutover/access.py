@@ -96,11 +96,12 @@ class Right(BaseModel):
         return AclBinding(kind, self.resource.name, ResourcePatternType.LITERAL, principal, "*",
                           AclOperation[self.operation.name], AclPermissionType.ALLOW)
 
-    def kafka_acls(self, principal: str) -> str:
-        """The ``kafka-acls`` arguments that grant this right to ``principal``."""
+    def kafka_acls(self, principal: str, bootstrap: str) -> str:
+        """The ``kafka-acls.sh`` command (run by an ACL administrator) that grants it."""
         flag = "--topic" if self.resource.kind is ResourceKind.TOPIC else "--group"
-        return (f"kafka-acls --add --allow-principal {principal} "
-                f"--operation {self.operation.value} {flag} {self.resource.name}")
+        return (f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties "
+                f"--add --allow-principal {principal} --operation {self.operation.value} "
+                f"{flag} {self.resource.name}")
 
 
 def operation_of(op: AclOperation) -> Operation | None:

@@ -44,7 +44,12 @@ from cutover.access import (
     route_resources,
 )
 from cutover.cli import CliError
-from cutover.kafka_errors import ClientErrors, explain_connect_failure, principal_of
+from cutover.kafka_errors import (
+    ClientErrors,
+    explain_connect_failure,
+    list_topics,
+    principal_of,
+)
 from cutover.secrets import resolve_secrets
 from cutover.settings import RouterSettings, SettingsError, load_settings
 
@@ -101,7 +106,7 @@ def connect(conf: Mapping[str, Any]) -> AdminClient:
     errors = ClientErrors()
     admin = AdminClient({**conf, "error_cb": errors})
     try:
-        admin.list_topics(timeout=10)
+        list_topics(admin, errors, timeout=10)
     except KafkaException as exc:
         admin.poll(0)
         reason = explain_connect_failure(conf, errors, exc.args[0].str())

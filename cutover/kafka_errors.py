@@ -17,24 +17,54 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 
 class ClientErrors:
-    """An ``error_cb`` that keeps the errors a client reports (call the client's ``poll``)."""
+    """An ``error_cb`` (call the client's ``poll``) and a ``logger`` for one client: keeps
+    the errors it reports and its last connection failure, instead of logging a line per
+    attempt; the caller says what they mean, once."""
 
     def __init__(self) -> None:
         self.errors: list[KafkaError] = []
+        self.last_failure: str | None = None
 
     def __call__(self, err: KafkaError) -> None:
         self.errors.append(err)
 
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        """librdkafka's log callback: ``log(level, "%s [%s] %s", facility, client, text)``."""
+        if args and args[0] == "FAIL":
+            self.last_failure = str(args[-1])
+
     def first(self, code: int) -> KafkaError | None:
         return next((e for e in self.errors if e.code() == code), None)
+
+    def refused(self) -> bool:
+        """Whether the broker refused the login or the certificate (retrying will not help
+        until someone changes a setting)."""
+        return any(e.code() in _REFUSALS for e in self.errors)
+
+
+_REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+
+
+def list_topics(admin: AdminClient, errors: ClientErrors, timeout: float) -> ClusterMetadata:
+    """``admin.list_topics``, but over as soon as ``errors`` (the client's ``error_cb``) holds
+    a refused login or certificate: librdkafka would wait out the whole timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except KafkaException:
+            admin.poll(0)
+            if errors.refused() or time.monotonic() >= deadline:
+                raise
 
 
 def principal_of(conf: Mapping[str, Any]) -> str:
@@ -89,7 +119,7 @@ def diagnose_tls(conf: Mapping[str, Any], timeout: float = 5.0) -> str:
 def explain_connect_failure(conf: Mapping[str, Any], errors: ClientErrors,
                             fallback: str) -> str:
     """One sentence for a client that could not get metadata: the refused login, the
-    certificate and why, or ``fallback`` (e.g. librdkafka's transport failure)."""
+    certificate and why, or ``fallback`` (e.g. the client's last connection failure)."""
     auth = errors.first(KafkaError._AUTHENTICATION)
     if auth is not None:
         mechanism = conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "SASL"

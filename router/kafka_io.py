@@ -22,7 +22,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from cutover.kafka_errors import ClientErrors, denial, explain_connect_failure, topic_denial
+from cutover.kafka_errors import (
+    ClientErrors,
+    denial,
+    explain_connect_failure,
+    list_topics,
+    topic_denial,
+)
 from cutover.secrets import resolve_secrets
 from cutover.settings import RouterSettings
 
@@ -71,13 +77,14 @@ def wait_for_broker(conf: dict[str, Any], stop: threading.Event | None = None,
     started = time.monotonic()
     while True:
         errors = ClientErrors()
-        admin = AdminClient({**admin_conf, "error_cb": errors})
+        admin = AdminClient({**admin_conf, "error_cb": errors, "logger": errors})
         try:
-            admin.list_topics(timeout=5.0)
+            list_topics(admin, errors, timeout=5.0)
             return
         except KafkaException as exc:
             reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
         admin.poll(0)  # serves error_cb: the refused login or certificate, if that was it
+        reason = errors.last_failure or reason
         refused = explain_connect_failure(admin_conf, errors, "")
         where = conf["bootstrap.servers"]
         if refused and give_up_after is not None:  # a command: a refusal will not pass by
@@ -103,8 +110,9 @@ def partitions_of(conf: dict[str, Any], topic: str) -> int | None:
     admin_conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
     # Ask for all topics: a metadata request naming the topic auto-creates it on brokers
     # with auto.create.topics.enable (the test broker does, with 4 partitions).
-    admin = AdminClient(admin_conf)
-    meta = admin.list_topics(timeout=10.0)
+    errors = ClientErrors()
+    admin = AdminClient({**admin_conf, "error_cb": errors})
+    meta = list_topics(admin, errors, timeout=10.0)
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         refused = topic_denial(admin, admin_conf, topic, _ROLE_RIGHTS)

@@ -453,14 +453,14 @@ def _publish(t: Target, plan: CutoverPlan, summary: str) -> int:
     producer = Producer({k: v for k, v in t.conf.items()})
     errors: list[str] = []
     producer.produce(t.control_topic, plan.to_json(), plan.route.encode(),
-                     on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+                     on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
     if producer.flush(15) or errors:
         refused = [r for r in errors if "authorization failed" in r.lower()]
         if refused:
             raise CliError(f"the broker refused to let {principal_of(t.conf)} publish the plan "
                            f"to {t.control_topic} ({refused[0]}); only the operators' identity "
-                           f"may write it: run switch with their credentials, or grant Write "
-                           f"on {t.control_topic} to this one", 3)
+                           "may write it: run the command with their credentials (or, if this "
+                           f"is an operator's identity, grant it Write on {t.control_topic})", 3)
         raise CliError(f"could not publish the plan to {t.control_topic} "
                        f"({errors[0] if errors else 'timeout'}); check the broker and retry", 3)
     print(f"published {summary}")

@@ -95,7 +95,8 @@ def diagnose_tls(conf: Mapping[str, Any], timeout: float = 5.0) -> str:
     try:
         with socket.create_connection((host, port), timeout=timeout) as raw, \
                 context.wrap_socket(raw, server_hostname=host):
-            return f"the TLS handshake with {where} failed; check the ssl.* settings"
+            return (f"{where} presented a certificate that verifies against {trust}, but the "
+                    "client's TLS handshake failed; check its other ssl.* settings")
     except ssl.SSLCertVerificationError as exc:
         reason = exc.verify_message or str(exc)
     except (OSError, ssl.SSLError) as exc:

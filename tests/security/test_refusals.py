@@ -16,7 +16,7 @@ from cutover.access import Operation, Resource, ResourceKind, Right
 from cutover.broker import end_offsets
 from cutover.plan import CutoverPlan, Segment, utcnow
 from cutover.throwaway_pki import ThrowawayCA
-from tests.security.support import SecuredRoute, assert_no_secret
+from tests.security.support import Identity, SecuredRoute, assert_no_secret
 
 pytestmark = [pytest.mark.security, pytest.mark.broker]
 
@@ -83,26 +83,33 @@ def test_a_status_reader_without_read_rights_gets_a_sentence_not_a_hang(
     assert_no_secret({"output": run.text}, viewer)
 
 
-@pytest.mark.parametrize("certificate", ["expired", "untrusted"])
-def test_a_bad_broker_certificate_is_named(route: SecuredRoute, certificate: str) -> None:
+@pytest.mark.parametrize("refusal", ["expired certificate", "untrusted certificate",
+                                     "wrong password"])
+def test_a_refused_connection_is_named(route: SecuredRoute, refusal: str) -> None:
     over: dict[str, object] = {}
     kafka = route.settings_dict(route.operator)["kafka"]
-    if certificate == "expired":
+    who = route.operator
+    if refusal == "expired certificate":
         over["bootstrap"] = route.kafka.expired_bootstrap
         want = "presented a certificate that has expired (certificate has expired)"
-    else:
+    elif refusal == "untrusted certificate":
         other = ThrowawayCA(route.tmp / "other-ca", "other-ca")
         over["kafka"] = {**kafka, "ssl.ca.location": str(other.ca_file)}
         want = (f"presented a certificate that is not signed by a CA in ssl.ca.location "
                 f"({other.ca_file}) (unable to get local issuer certificate); point "
                 "ssl.ca.location at the CA that signed the broker's certificate")
-    config = route.write_settings(route.operator, f"operator-{certificate}", **over)
+    else:
+        who = Identity(route.operator.user, route.tmp / "wrong.secret", env_name="WRONG_PW")
+        over["kafka"] = who.kafka_settings(route.kafka.ca_file)
+        want = (f"authentication failed: the broker refused the SCRAM-SHA-512 login of user "
+                f"'{who.user}' (wrong user name or password)")
+    config = route.write_settings(who, f"operator-{refusal.replace(' ', '-')}", **over)
     for command in (["status", "--route", route.route], ["doctor", "--role", "operator"]):
-        run = route.cli(route.operator, *command, config=config)
+        run = route.cli(who, *command, config=config)
         assert run.code == 3, run.text
         assert want in run.err, run.err
         assert "Traceback" not in run.text
-        assert_no_secret({"output": run.text}, route.operator)
+        assert_no_secret({"output": run.text}, route.operator, who)
 
 
 def test_the_doctor_reports_as_json_what_a_principal_may_do(route: SecuredRoute) -> None:

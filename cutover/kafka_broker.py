@@ -6,6 +6,10 @@ in combined mode (``process.roles=broker,controller``) with a static controller 
 single broker and a three-broker cluster (replication 3, ``min.insync.replicas=2``) are the
 same code. Heaps are small (a 2-core, 24 GiB machine runs three brokers next to Spark JVMs).
 
+By default every listener is PLAINTEXT and open; a :class:`NodeSecurity` (the security
+suite's, :mod:`cutover.secure_kafka`) replaces the listeners with TLS and SASL ones and switches
+the authorizer on.
+
 A node that fails to start raises :class:`BrokerError` with the last lines of its log instead
 of hanging. :meth:`KafkaCluster.kill` and :meth:`KafkaCluster.restart` give the conformance
 grid its "broker killed" failure: ``kill -9`` of one node, and the same node back on the same

@@ -8,6 +8,7 @@ expired or untrusted broker certificate is named as such.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -16,6 +17,7 @@ from cutover.access import Operation, Resource, ResourceKind, Right
 from cutover.broker import end_offsets
 from cutover.plan import CutoverPlan, Segment, utcnow
 from cutover.throwaway_pki import ThrowawayCA
+from tests.children import VENV_BIN
 from tests.security.support import Identity, SecuredRoute, assert_no_secret
 
 pytestmark = [pytest.mark.security, pytest.mark.broker]
@@ -118,3 +120,16 @@ def test_the_doctor_reports_as_json_what_a_principal_may_do(route: SecuredRoute)
     report = json.loads(run.out)
     assert [(c["right"]["resource"]["name"], c["right"]["operation"], c["granted"])
             for c in report["checks"]] == [(route.inputs[0], "Write", True)]
+
+
+def test_a_router_without_its_rights_stops_with_a_sentence(route: SecuredRoute) -> None:
+    bare = route.identity("bare")  # logs in, holds no ACL
+    config = route.write_settings(bare)
+    done = subprocess.run([str(VENV_BIN / "cutover"), "router", "--config", str(config)],
+                          capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert (f"router cannot start: the broker refused user '{bare.user}' access to topic "
+            f"{route.inputs[0]} (Broker: Topic authorization failed)") in out
+    assert "Traceback" not in out
+    assert_no_secret({"router output": out}, bare)

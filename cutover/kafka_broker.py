@@ -6,6 +6,10 @@ in combined mode (``process.roles=broker,controller``) with a static controller 
 single broker and a three-broker cluster (replication 3, ``min.insync.replicas=2``) are the
 same code. Heaps are small (a 2-core, 24 GiB machine runs three brokers next to Spark JVMs).
 
+By default every listener is PLAINTEXT and open; a :class:`NodeSecurity` (the security
+suite's, :mod:`cutover.secure_kafka`) replaces the listeners with TLS and SASL ones and switches
+the authorizer on.
+
 A node that fails to start raises :class:`BrokerError` with the last lines of its log instead
 of hanging. :meth:`KafkaCluster.kill` and :meth:`KafkaCluster.restart` give the conformance
 grid its "broker killed" failure: ``kill -9`` of one node, and the same node back on the same
@@ -25,6 +29,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -80,12 +85,26 @@ class KafkaNode:
         return f"127.0.0.1:{self.port}"
 
 
+class NodeSecurity(Protocol):
+    """Listeners, TLS, SASL and authorizer settings for a secured cluster
+    (:mod:`cutover.secure_kafka`); without one, every listener is PLAINTEXT and open."""
+
+    def node_properties(self, node: KafkaNode, voters: str) -> dict[str, Any]:
+        """Properties that replace the PLAINTEXT listeners of ``node``'s server.properties."""
+        ...
+
+    def admin_conf(self, node: KafkaNode) -> dict[str, Any]:
+        """A client configuration that reaches ``node`` as a super user (readiness probes)."""
+        ...
+
+
 @dataclass
 class KafkaCluster:
     """``size`` Apache Kafka nodes on loopback; a context manager that always cleans up."""
 
     size: int = 1
     root: Path | None = None
+    security: NodeSecurity | None = None
     nodes: list[KafkaNode] = field(default_factory=list)
     cluster_id: str = field(
         default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -164,6 +183,8 @@ class KafkaCluster:
             "broker.heartbeat.interval.ms": 500,
             "broker.session.timeout.ms": 3000,
         }
+        if self.security is not None:
+            props.update(self.security.node_properties(node, voters))
         path = self._node_dir(node) / "server.properties"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -186,6 +207,13 @@ class KafkaCluster:
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise BrokerError(f"formatting Kafka node {node.node_id} failed:\n{tail}")
+
+    def admin_conf(self, node: KafkaNode) -> dict[str, Any]:
+        """How a probe reaches ``node``: its PLAINTEXT listener, or as the secured cluster's
+        super user."""
+        if self.security is not None:
+            return self.security.admin_conf(node)
+        return {"bootstrap.servers": node.address}
 
     def log_path(self, node: KafkaNode) -> Path:
         return self._node_dir(node) / "server.log"
@@ -223,7 +251,7 @@ class KafkaCluster:
                     )
             node = pending[0]
             try:
-                admin = AdminClient({"bootstrap.servers": node.address, "log_level": 0})
+                admin = AdminClient({**self.admin_conf(node), "log_level": 0})
                 meta = admin.list_topics(timeout=2.0)
                 have = set(meta.brokers)
                 if meta.orig_broker_id == node.node_id and want <= have:
@@ -249,8 +277,11 @@ class KafkaCluster:
 
     def leader(self, topic: str, partition: int) -> int:
         """The node id that leads ``topic``/``partition`` now."""
-        live = [n.address for n in self.nodes if n.process is not None]
-        meta = AdminClient({"bootstrap.servers": ",".join(live)}).list_topics(topic, timeout=10)
+        live = [n for n in self.nodes if n.process is not None]
+        conf = {**self.admin_conf(live[0]),
+                "bootstrap.servers": ",".join(self.admin_conf(n)["bootstrap.servers"]
+                                              for n in live)}
+        meta = AdminClient(conf).list_topics(topic, timeout=10)
         return int(meta.topics[topic].partitions[partition].leader)
 
     def kill(self, node_id: int) -> None:

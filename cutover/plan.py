@@ -11,20 +11,18 @@ import bisect
 import hashlib
 import hmac
 import json
-import os
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cutover.headers import VersionId
-from cutover.validation import describe
+from cutover.secrets import PLAN_KEY_ENV, plan_signing_key
+from cutover.validation import RouteName, describe
 
-PLAN_KEY_ENV = "CUTOVER_PLAN_KEY"
 MAX_PLAN_BYTES = 64 * 1024
 MAX_SEGMENTS = 1000
 
-RouteName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,128}$")]
 
 
 class PlanRejected(ValueError):
@@ -123,8 +121,8 @@ def sign_plan(plan: CutoverPlan, key: bytes) -> CutoverPlan:
 
 
 def plan_key_from_env() -> bytes | None:
-    value = os.environ.get(PLAN_KEY_ENV)
-    return value.encode() if value else None
+    """The signing key: ``CUTOVER_PLAN_KEY``, or the file ``CUTOVER_PLAN_KEY_FILE`` names."""
+    return plan_signing_key()
 
 
 def parse_plan(

@@ -10,8 +10,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cutover.plan import RouteName
-from cutover.validation import describe
+from cutover.validation import RouteName, describe
 
 BOOTSTRAP_ENV = "CUTOVER_BOOTSTRAP"
 MIB = 1 << 20

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from typing import Annotated
+
+from pydantic import Field, ValidationError
 
 
 def location(loc: tuple[int | str, ...]) -> str:
@@ -37,3 +39,7 @@ def describe(exc: ValidationError) -> list[str]:
         else:
             lines.append(f"{loc or 'value'}: {err['msg'].removeprefix('Value error, ')}")
     return lines
+
+
+# A route name: also a Kafka record key and part of topic names.
+RouteName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,128}$")]

@@ -16,9 +16,10 @@ import faust
 from faust.app.base import BootStrategy
 from faust.web import Request, Response, View
 
-from cutover.settings import RouterSettings
+from cutover.settings import RouterSettings, SettingsError
 from router.datapath import DataPath
 from router.errors import DataPathStopped, RouterConfigError
+from router.kafka_io import AccessDenied
 
 log = logging.getLogger("cutover.router")
 
@@ -46,7 +47,7 @@ class DataPathService(faust.Service):
     async def _run(self) -> None:
         try:
             await asyncio.to_thread(self.engine.run)
-        except RouterConfigError as exc:
+        except (RouterConfigError, SettingsError, AccessDenied) as exc:
             log.error("router cannot start: %s", exc)
             self.exit_code = 2
         except Exception as exc:

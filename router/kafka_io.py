@@ -23,6 +23,14 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
+from cutover.kafka_errors import (
+    ClientErrors,
+    denial,
+    explain_connect_failure,
+    list_topics,
+    topic_denial,
+)
+from cutover.secrets import resolve_secrets
 from cutover.settings import RouterSettings
 
 log = logging.getLogger("cutover.router")
@@ -37,8 +45,18 @@ class BrokerUnavailable(RuntimeError):
     """The broker did not answer; the message says where and why."""
 
 
+class AccessDenied(BrokerUnavailable):
+    """The broker refused the configured principal a right; the message names it."""
+
+
+# Topics missing from a listing may be ones this principal may not describe.
+_ROLE_RIGHTS = "the rights the README's access table gives its role"
+
+
 def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"bootstrap.servers": bootstrap, "logger": log, "log_level": 3, **(kafka or {})}
+    """Client settings: ``kafka:`` pass-through with its secret references resolved."""
+    return {"bootstrap.servers": bootstrap, "logger": log, "log_level": 3,
+            **resolve_secrets(kafka or {})}
 
 
 def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) -> dict[str, Any]:
@@ -53,22 +71,35 @@ def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) 
 def wait_for_broker(conf: dict[str, Any], stop: threading.Event | None = None,
                     max_delay: float = 30.0, give_up_after: float | None = None) -> None:
     """Block until the cluster answers a metadata request, retrying with backoff and logging
-    one line per attempt (never a traceback)."""
+    one line per attempt (never a traceback). A refused login or certificate is named; with
+    ``give_up_after`` (a command, not a worker) it ends the wait at once."""
     admin_conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
     delay = 1.0
     started = time.monotonic()
     while True:
+        errors = ClientErrors()
+        admin = AdminClient({**admin_conf, "error_cb": errors, "logger": errors})
         try:
-            AdminClient(admin_conf).list_topics(timeout=5.0)
+            list_topics(admin, errors, timeout=5.0)
             return
         except KafkaException as exc:
             reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        admin.poll(0)  # serves error_cb: the refused login or certificate, if that was it
+        reason = errors.last_failure or reason
+        refused = explain_connect_failure(admin_conf, errors, "")
+        where = conf["bootstrap.servers"]
+        if refused and give_up_after is not None:  # a command: a refusal will not pass by
+            raise BrokerUnavailable(f"Kafka at {where} refused the connection: {refused}")
         if give_up_after is not None and time.monotonic() - started > give_up_after:
             raise BrokerUnavailable(
-                f"no Kafka broker answered at {conf['bootstrap.servers']} ({reason}); check "
+                f"no Kafka broker answered at {where} ({reason}); check "
                 "the bootstrap address, that the broker runs, and the kafka: security settings")
-        log.warning("cannot reach Kafka at %s (%s); retrying in %.0fs",
-                    conf["bootstrap.servers"], reason, delay)
+        if refused:
+            log.warning("Kafka at %s refused the connection: %s; retrying in %.0fs", where,
+                        refused, delay)
+        else:
+            log.warning("cannot reach Kafka at %s (%s); retrying in %.0fs", where, reason,
+                        delay)
         if stop is not None and stop.wait(delay):
             raise BrokerUnavailable("stopped while waiting for the broker")
         if stop is None:
@@ -80,9 +111,14 @@ def partitions_of(conf: dict[str, Any], topic: str) -> int | None:
     admin_conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
     # Ask for all topics: a metadata request naming the topic auto-creates it on brokers
     # with auto.create.topics.enable (the test broker does, with 4 partitions).
-    meta = AdminClient(admin_conf).list_topics(timeout=10.0)
+    errors = ClientErrors()
+    admin = AdminClient({**admin_conf, "error_cb": errors})
+    meta = list_topics(admin, errors, timeout=10.0)
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
+        refused = topic_denial(admin, admin_conf, topic, _ROLE_RIGHTS)
+        if refused is not None:
+            raise AccessDenied(refused)
         return None
     return len(t.partitions)
 
@@ -173,6 +209,9 @@ def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | N
             for msg in consumer.consume(batch, 0.02):
                 err = msg.error()
                 if err is not None:
+                    refused = denial(err, topic, conf, "Read")
+                    if refused is not None:
+                        raise AccessDenied(refused)
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
                     elif err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,

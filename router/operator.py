@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
+from cutover.kafka_errors import denial, principal_of
 from cutover.plan import CutoverPlan, PlanRejected, parse_plan, plan_key_from_env, sign_plan, utcnow
 from cutover.readiness import PartitionProgress, progress_of, readiness
 from cutover.settings import RouterSettings
@@ -32,6 +33,7 @@ from cutover.status import (
     parse_status,
 )
 from router.kafka_io import (
+    AccessDenied,
     BrokerUnavailable,
     base_conf,
     offsets_range,
@@ -163,6 +165,8 @@ class _Follower:
                 if msg.error() is None:
                     self.pos[msg.partition()] = msg.offset() + 1
                     out.append(msg)
+                elif refused := denial(msg.error(), self.topic, self.conf, "Read"):
+                    raise AccessDenied(refused)
             if not msgs:
                 # The cached high watermark is the last fetch's: ask the broker once per call,
                 # so that a record written before this call is always read by it.
@@ -338,8 +342,15 @@ def publish_plan(t: Target, plan: CutoverPlan) -> CutoverPlan:
     producer = Producer(dict(t.conf))
     errors: list[str] = []
     producer.produce(t.control_topic, plan.to_json(), plan.route.encode(),
-                     on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
+                     on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
     if producer.flush(15) or errors:
+        refused = [r for r in errors if "authorization failed" in r.lower()]
+        if refused:
+            raise PlanNotPublished(
+                f"the broker refused to let {principal_of(t.conf)} publish the plan to "
+                f"{t.control_topic} ({refused[0]}); only the operators' identity may write it: "
+                "run the command with their credentials (or, if this is an operator's "
+                f"identity, grant it Write on {t.control_topic})")
         raise PlanNotPublished(f"could not publish the plan to {t.control_topic} "
                                f"({errors[0] if errors else 'timeout'}); check the broker and "
                                "retry")

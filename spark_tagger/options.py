@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cutover.headers import VERSION_PATTERN
+from spark_tagger.client_security import KafkaOptionError, librdkafka_security
 
 KAFKA_PREFIX = "kafka."
 
@@ -34,10 +35,6 @@ UNSUPPORTED = ("startingTimestamp", "startingOffsetsByTimestamp", "endingTimesta
                "startingOffsetsByTimestampStrategy")
 
 
-class KafkaOptionError(ValueError):
-    """An option of the Kafka source or sink is missing or wrong; the message says which."""
-
-
 def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.*`` options with the prefix removed: the client's own configuration."""
     out: dict[str, str] = {}
@@ -51,7 +48,7 @@ def kafka_params(options: Mapping[str, str]) -> dict[str, str]:
         raise KafkaOptionError(
             "option 'kafka.bootstrap.servers' is required (host:port[,host:port...])"
         )
-    return out
+    return librdkafka_security(out)
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

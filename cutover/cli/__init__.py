@@ -14,6 +14,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from cutover.settings import SettingsError
+
 # module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "cutover.cli.worker": ("router",),
@@ -22,6 +24,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "cutover.cli.plan": ("plan",),
     "spark_tagger.cli": ("tag",),
     "cutover.cli.demo": ("demo",),
+    "cutover.cli.doctor": ("doctor",),
 }
 
 
@@ -65,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"cutover {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code
+    except SettingsError as exc:  # e.g. a secret reference that does not resolve
+        print(f"cutover {args.command}: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"cutover {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,241 @@
+"""``cutover doctor``: does the broker grant this principal what its role needs, and no more?
+
+A deploy that lacks one right fails half-way (the router starts, then cannot write its
+checkpoints; ``switch`` reads the status, then cannot publish). The doctor connects with the
+settings' own ``kafka:`` credentials and checks, for every topic and group the route uses,
+each right of the README's access table (:mod:`cutover.access`) for the chosen role, and
+reports rights held beyond it.
+
+How it asks: ``DescribeTopics`` and ``DescribeGroups`` with *authorized operations*
+(KIP-430): the broker's authorizer answers, for this principal, which operations it would allow
+on each resource. Chosen over the alternatives because
+
+* listing ACLs (``DescribeAcls``) needs ``Describe`` on the cluster, a right no least-privilege
+  principal has, and would show rules rather than what the authorizer decides;
+* probing by doing (producing to the control topic, joining the router's group) has effects:
+  a record on the control topic, a rebalance of the running routers.
+
+Asking needs only what the principal holds already: a topic or group on which it has no right
+at all is refused (``TOPIC_AUTHORIZATION_FAILED``), which the doctor reports as "no right"; a
+missing topic is told apart when the principal may describe it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AdminClient
+from pydantic import BaseModel, ConfigDict
+
+from cutover.access import (
+    IMPLIED,
+    Operation,
+    Resource,
+    ResourceKind,
+    Right,
+    Role,
+    operation_of,
+    required_rights,
+    route_resources,
+)
+from cutover.cli import CliError
+from cutover.kafka_errors import (
+    ClientErrors,
+    explain_connect_failure,
+    list_topics,
+    principal_of,
+)
+from cutover.secrets import resolve_secrets
+from cutover.settings import RouterSettings, SettingsError, load_settings
+
+_RETRIED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+class Seen(BaseModel):
+    """What the broker said about one resource for this principal."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    resource: Resource
+    exists: bool | None          # None: not visible to this principal
+    operations: frozenset[Operation]
+
+
+class Check(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    right: Right
+    granted: bool
+
+
+class Excess(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    resource: Resource
+    operations: tuple[Operation, ...]
+
+
+class DoctorReport(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    principal: str
+    role: Role
+    bootstrap: str
+    checks: tuple[Check, ...]
+    excess: tuple[Excess, ...]
+    missing_topics: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.granted for c in self.checks) and not self.missing_topics
+
+
+def _client_conf(settings: RouterSettings) -> dict[str, Any]:
+    return {"bootstrap.servers": settings.bootstrap, "log_level": 0,
+            **resolve_secrets(settings.kafka)}
+
+
+def connect(conf: Mapping[str, Any]) -> AdminClient:
+    """An admin client that has answered a metadata request; a sentence when refused."""
+    errors = ClientErrors()
+    admin = AdminClient({**conf, "error_cb": errors})
+    try:
+        list_topics(admin, errors, timeout=10)
+    except KafkaException as exc:
+        admin.poll(0)
+        reason = explain_connect_failure(conf, errors, exc.args[0].str())
+        raise CliError(f"cannot connect to Kafka at {conf['bootstrap.servers']} as "
+                       f"{principal_of(conf)}: {reason}", 3) from None
+    return admin
+
+
+def _operations(ops: Any) -> frozenset[Operation]:
+    found = (operation_of(op) for op in (ops or ()))
+    return frozenset(op for op in found if op is not None)
+
+
+def see_topics(admin: AdminClient, names: list[str]) -> dict[str, Seen]:
+    futures = admin.describe_topics(TopicCollection(names), include_authorized_operations=True)
+    out: dict[str, Seen] = {}
+    for name, fut in futures.items():
+        resource = Resource(kind=ResourceKind.TOPIC, name=name)
+        try:
+            desc = fut.result(timeout=15)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            exists = False if code == KafkaError.UNKNOWN_TOPIC_OR_PART else None
+            out[name] = Seen(resource=resource, exists=exists, operations=frozenset())
+            continue
+        out[name] = Seen(resource=resource, exists=True,
+                         operations=_operations(desc.authorized_operations))
+    return out
+
+
+def see_group(admin: AdminClient, group: str, attempts: int = 10) -> Seen:
+    """A group's authorized operations; the coordinator may still be loading at first."""
+    resource = Resource(kind=ResourceKind.GROUP, name=group)
+    for _ in range(attempts):
+        fut = admin.describe_consumer_groups([group], include_authorized_operations=True)[group]
+        try:
+            desc = fut.result(timeout=15)
+        except KafkaException as exc:
+            if exc.args[0].code() in _RETRIED:
+                time.sleep(0.5)
+                continue
+            return Seen(resource=resource, exists=None, operations=frozenset())
+        return Seen(resource=resource, exists=True,
+                    operations=_operations(desc.authorized_operations))
+    raise CliError(f"the group coordinator for {group} did not answer; retry in a moment", 3)
+
+
+def examine(settings: RouterSettings, role: Role, route: str | None = None,
+            job_topic: str | None = None) -> DoctorReport:
+    """Connect as the settings' principal and compare what the broker allows with the table."""
+    conf = _client_conf(settings)
+    admin = connect(conf)
+    needed = required_rights(settings, role, route, job_topic)
+    resources = list(dict.fromkeys([*route_resources(settings, route),
+                                    *(r.resource for r in needed)]))
+    topics = [r.name for r in resources if r.kind is ResourceKind.TOPIC]
+    seen: dict[Resource, Seen] = {s.resource: s for s in see_topics(admin, topics).values()}
+    for r in resources:
+        if r.kind is ResourceKind.GROUP:
+            seen[r] = see_group(admin, r.name)
+    checks = tuple(Check(right=x, granted=x.operation in seen[x.resource].operations)
+                   for x in needed)
+    excess = []
+    for r in resources:
+        wanted = {x.operation for x in needed if x.resource == r}
+        allowed = wanted | {i for op in wanted for i in IMPLIED.get(op, ())}
+        extra = sorted(seen[r].operations - allowed)
+        if extra:
+            excess.append(Excess(resource=r, operations=tuple(extra)))
+    missing = tuple(sorted({x.resource.name for x in needed
+                            if x.resource.kind is ResourceKind.TOPIC
+                            and seen[x.resource].exists is False}))
+    user = conf.get("sasl.username")
+    return DoctorReport(principal=f"User:{user}" if user else principal_of(conf), role=role,
+                        bootstrap=settings.bootstrap, checks=checks, excess=tuple(excess),
+                        missing_topics=missing)
+
+
+def render(report: DoctorReport) -> str:
+    lines = [f"{report.principal} at {report.bootstrap}, checked for the {report.role.value} "
+             "role:"]
+    for c in report.checks:
+        r = c.right
+        mark = "ok     " if c.granted else "MISSING"
+        lines.append(f"  {mark} {r.operation.value:<9} {r.resource!s:<40} {r.why}")
+        if not c.granted:
+            lines.append(f"          grant: {r.kafka_acls(report.principal, report.bootstrap)}")
+    for name in report.missing_topics:
+        lines.append(f"  topic {name} does not exist: create it (README, Topics)")
+    for e in report.excess:
+        ops = ", ".join(op.value for op in e.operations)
+        lines.append(f"  more than the {report.role.value} role needs: {ops} on {e.resource}; "
+                     "remove the ACL unless this identity has another role")
+    missing = sum(not c.granted for c in report.checks)
+    lines.append(f"{len(report.checks) - missing} of {len(report.checks)} rights granted"
+                 + (f", {missing} missing" if missing else "")
+                 + (f", {len(report.excess)} resources with more than needed"
+                    if report.excess else ""))
+    return "\n".join(lines)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+        if args.route is not None:
+            settings.route(args.route)
+    except SettingsError as exc:
+        raise CliError(f"{exc} (fix the settings file)") from None
+    except KeyError:
+        raise CliError(f"no route {args.route!r} in {args.config}; name one of "
+                       f"{', '.join(r.name for r in settings.routes)}") from None
+    report = examine(settings, Role(args.role), args.route, args.topic)
+    if args.json:
+        print(json.dumps(report.model_dump(mode="json"), indent=2))
+    else:
+        print(render(report))
+    return 0 if report.ok else 1
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check that the broker grants this principal the rights "
+                                      "its role needs (and no more)")
+    p.add_argument("--config", required=True,
+                   help="settings file: its bootstrap and kafka: credentials are the principal "
+                        "checked")
+    p.add_argument("--role", choices=[r.value for r in Role], default=Role.ROUTER.value,
+                   help="the role this principal plays (default router)")
+    p.add_argument("--route", help="check one route (default: every route in the file)")
+    p.add_argument("--topic", help="for --role job: the job's raw topic (default: the route's "
+                                   "inputs)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.set_defaults(func=_cmd_doctor)

@@ -1,0 +1,90 @@
+"""Security options as Spark's Kafka connector takes them, for the tagger's librdkafka clients.
+
+A job written for Spark's connector secures it with the Java client's names
+(``kafka.security.protocol``, ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config``,
+``kafka.ssl.truststore.location`` with ``kafka.ssl.truststore.type=PEM``). The tagger always
+writes through its own sink, and reads through the Python source when the JVM connector is
+absent, both librdkafka clients: the same options must work there, or securing a job would
+mean writing its options twice. So:
+
+* ``sasl.jaas.config`` with the SCRAM or PLAIN login module becomes ``sasl.username`` and
+  ``sasl.password`` (other login modules are refused with a sentence);
+* a PEM trust store (``ssl.truststore.location`` or ``ssl.truststore.certificates``) becomes
+  ``ssl.ca.location`` / ``ssl.ca.pem``; a JKS or PKCS12 one is refused, since librdkafka reads
+  CA certificates as PEM only;
+* ``security.protocol``, ``sasl.mechanism`` and ``ssl.endpoint.identification.algorithm``
+  mean the same in both and pass through; so do librdkafka's own names.
+
+A value may also be a secret reference, ``${env:NAME}`` or ``${file:PATH}``
+(:mod:`cutover.secrets`), resolved on the driver; the JVM connector does not read these, so
+use them only where the Python client serves the job. No error here repeats an option's value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from cutover.secrets import SecretError, resolve
+
+_LOGIN = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)"
+                    r"(?P<options>.*?);?\s*$", re.DOTALL)
+_OPTION = re.compile(r'(?P<name>[\w.-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;]+))')
+_PASSWORD_MODULES = ("ScramLoginModule", "PlainLoginModule")
+
+
+class KafkaOptionError(ValueError):
+    """An option of the Kafka source or sink is missing or wrong; the message says which."""
+
+
+def _refusal(message: str) -> ValueError:
+    return KafkaOptionError(message)
+
+
+def _jaas_login(jaas: str) -> dict[str, str]:
+    m = _LOGIN.match(jaas)
+    if m is None:
+        raise _refusal("option 'kafka.sasl.jaas.config' is not a JAAS login entry (expected "
+                       "'<LoginModule class> required username=\"...\" password=\"...\";')")
+    module = m.group("module").rsplit(".", 1)[-1]
+    if module not in _PASSWORD_MODULES:
+        raise _refusal(f"option 'kafka.sasl.jaas.config' uses {module}; the tagger's Kafka "
+                       "client understands the SCRAM and PLAIN login modules only (or give "
+                       "librdkafka's own kafka.sasl.* options)")
+    found = {o.group("name"): (o.group("quoted") if o.group("quoted") is not None
+                               else o.group("bare"))
+             for o in _OPTION.finditer(m.group("options"))}
+    if not found.get("username") or found.get("password") is None:
+        raise _refusal("option 'kafka.sasl.jaas.config' names no username and password")
+    unescape = re.compile(r"\\(.)")
+    return {"sasl.username": unescape.sub(r"\1", found["username"]),
+            "sasl.password": unescape.sub(r"\1", found["password"])}
+
+
+def librdkafka_security(params: Mapping[str, str]) -> dict[str, str]:
+    """Client settings (``kafka.`` prefix removed) with Java security names translated and
+    secret references resolved."""
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        try:
+            out[key] = resolve(value, key)
+        except SecretError as exc:
+            raise _refusal(str(exc)) from None
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        for key, value in _jaas_login(jaas).items():
+            out.setdefault(key, value)
+    store_type = (out.pop("ssl.truststore.type", None) or "JKS").upper()
+    location = out.pop("ssl.truststore.location", None)
+    certificates = out.pop("ssl.truststore.certificates", None)
+    out.pop("ssl.truststore.password", None)  # a PEM trust store has none
+    if (location or certificates) and store_type != "PEM":
+        raise _refusal(f"option 'kafka.ssl.truststore.type' is {store_type}; the tagger's Kafka "
+                       "client reads CA certificates as PEM only: export them (keytool "
+                       "-exportcert -rfc) and set kafka.ssl.truststore.type=PEM, which Spark's "
+                       "connector reads too")
+    if location:
+        out.setdefault("ssl.ca.location", location)
+    if certificates:
+        out.setdefault("ssl.ca.pem", certificates)
+    return out

@@ -1,0 +1,225 @@
+"""A route deployed on the secured broker with one identity per role, as the README grants.
+
+Each :class:`SecuredRoute` has its own topics and its own SCRAM users (``router-<name>``,
+``operator-<name>``, ``job-<name>``), so a test's ACLs are exactly the table's rows for its
+route. Passwords are random and live in files (mode 0600) or environment variables; settings
+files refer to them (``${file:...}``, ``${env:...}``), as production settings must.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from cutover.access import Role, required_rights
+from cutover.broker import create_topics
+from cutover.secure_kafka import SCRAM_MECHANISM, SecuredKafka
+from cutover.settings import RouterSettings, parse_settings
+from router.kafka_io import read_to_end
+from router.operator import RouteView, Target, read_views
+from tests.children import VENV_BIN
+from tests.integration.harness import Job
+
+
+@dataclass
+class Identity:
+    """A SCRAM user; its password in ``secret_file`` and, for env references, ``env_name``."""
+
+    user: str
+    secret_file: Path
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    env_name: str | None = None
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
+
+    def write_secret(self, password: str | None = None) -> None:
+        self.secret_file.write_text((password or self.password) + "\n")
+        self.secret_file.chmod(0o600)
+
+    def env(self) -> dict[str, str]:
+        return {self.env_name: self.password} if self.env_name else {}
+
+    def kafka_settings(self, ca_file: Path) -> dict[str, str]:
+        """The settings' ``kafka:`` section: the secret by reference, never in clear."""
+        ref = f"${{env:{self.env_name}}}" if self.env_name else f"${{file:{self.secret_file}}}"
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": self.user, "sasl.password": ref,
+                "ssl.ca.location": str(ca_file)}
+
+
+@dataclass
+class CliRun:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def text(self) -> str:
+        return self.out + self.err
+
+
+class SecuredRoute:
+    """One route's topics on the secured broker, its identities and their settings files."""
+
+    def __init__(self, kafka: SecuredKafka, tmp: Path, partitions: int = 2) -> None:
+        self.kafka = kafka
+        self.tmp = tmp
+        self.partitions = partitions
+        self.name = n = f"s{uuid.uuid4().hex[:8]}"
+        self.route = n
+        self.inputs = [f"{n}.raw"]
+        self.output, self.dlq = f"{n}.out", f"{n}.dlq"
+        self.control, self.status = f"{n}.control", f"{n}.status"
+        self.group = f"g-{n}"
+        self.checkpoints = f"{self.group}.checkpoints"
+        self.super_conf = kafka.cluster.admin_conf(kafka.cluster.nodes[0])
+        topics = {t: partitions for t in (*self.inputs, self.output, self.dlq)}
+        topics |= {self.control: 1, self.status: 1, self.checkpoints: 1}
+        create_topics(self.super_conf["bootstrap.servers"], topics,
+                      compacted=[self.control, self.checkpoints], extra=self.super_conf)
+        self.router = self.identity("router")
+        self.operator = self.identity("operator", env=True)
+        self.job = self.identity("job")
+        for who, role in ((self.router, Role.ROUTER), (self.operator, Role.OPERATOR),
+                          (self.job, Role.JOB)):
+            self.grant(who, role)
+
+    # -- identities ---------------------------------------------------------------------------
+
+    def identity(self, role: str, env: bool = False, password: str | None = None) -> Identity:
+        """A new SCRAM user ``<role>-<route>`` with no ACL yet."""
+        user = f"{role}-{self.name}"
+        who = Identity(user, self.tmp / f"{user}.secret",
+                       env_name=f"CUTOVER_TEST_{role.upper()}_PASSWORD" if env else None)
+        if password is not None:
+            who.password = password
+        who.write_secret()
+        self.kafka.set_password(user, who.password)
+        self.wait_login(who)
+        return who
+
+    def wait_login(self, who: Identity, timeout: float = 20.0) -> None:
+        """Until the broker accepts the user's login (credentials propagate as metadata)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                AdminClient({**self.client_conf(who), "log_level": 0}).list_topics(timeout=3)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def grant(self, who: Identity, role: Role) -> None:
+        self.kafka.grant(r.binding(who.principal)
+                         for r in required_rights(self.settings(who), role))
+
+    def client_conf(self, who: Identity, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings for a test's own client logged in as ``who``."""
+        return {**self.kafka.sasl_conf(who.user, who.password), **extra}
+
+    # -- settings -----------------------------------------------------------------------------
+
+    def settings_dict(self, who: Identity, **over: Any) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "bootstrap": self.kafka.bootstrap, "control_topic": self.control,
+            "status_topic": self.status, "group_id": self.group,
+            "checkpoint_topic": self.checkpoints,
+            "state_dir": str(self.tmp / f"state-{self.name}"), "http_port": None,
+            "status_interval_s": 0.5,
+            "kafka": {**who.kafka_settings(self.kafka.ca_file),
+                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+            "routes": [{"name": self.route, "inputs": self.inputs, "output": self.output,
+                        "dead_letter": self.dlq}],
+        }
+        d.update(over)
+        return d
+
+    def settings(self, who: Identity) -> RouterSettings:
+        return parse_settings(self.settings_dict(who))
+
+    def write_settings(self, who: Identity, name: str | None = None, **over: Any) -> Path:
+        path = self.tmp / f"{self.name}-{name or who.user}.yaml"
+        path.write_text(yaml.safe_dump(self.settings_dict(who, **over)))
+        return path
+
+    # -- operator's commands, run as the operator runs them --------------------------------
+
+    def cli(self, who: Identity, *args: str, config: Path | None = None,
+            env: dict[str, str] | None = None, timeout: float = 120) -> CliRun:
+        config = config or self.write_settings(who)
+        child_env = {k: v for k, v in os.environ.items()
+                     if k not in ("CUTOVER_PLAN_KEY", "CUTOVER_PLAN_KEY_FILE")}
+        child_env.update({**who.env(), **(env or {})})
+        done = subprocess.run([str(VENV_BIN / "cutover"), *args, "--config", str(config)],
+                              capture_output=True, text=True, env=child_env, timeout=timeout)
+        return CliRun(done.returncode, done.stdout, done.stderr)
+
+    # -- reading as the super user (the test's own eyes) ----------------------------------
+
+    def topic_for(self, version: str) -> str:
+        return self.inputs[0]
+
+    def read(self, topic: str) -> list[Any]:
+        return list(read_to_end({**self.super_conf, "log_level": 0}, topic))
+
+    def view(self) -> RouteView:
+        t = Target({**self.super_conf, "log_level": 0}, self.control, self.status,
+                   {self.route: self.partitions})
+        return read_views(t, self.route)[self.route]
+
+    def wait_for(self, what: str, pred: Any, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    def wait_horizon(self, at_least: int, versions: tuple[str, ...] = ()) -> None:
+        def ok() -> bool:
+            v = self.view()
+            hs = [ps.horizon or 0 for ps, *_ in v.partitions.values()]
+            marks = all(ver in ps.watermarks for ps, *_ in v.partitions.values()
+                        for ver in versions)
+            return len(hs) == self.partitions and min(hs) >= at_least and marks
+
+        self.wait_for(f"every partition's horizon >= {at_least}", ok)
+
+    def wait_output(self, n: int, timeout: float = 90.0) -> None:
+        self.wait_for(f"{n} output records", lambda: len(self.read(self.output)) >= n, timeout)
+        time.sleep(1.0)  # a duplicate would show up now
+
+
+class SecureJob(Job):
+    """An emulated tagged job (records and heartbeats as the tagger writes them), writing as
+    the route's job identity."""
+
+    def __init__(self, route: SecuredRoute, version: str, who: Identity | None = None) -> None:
+        self.env = route  # type: ignore[assignment]  # the harness's Job reads what it needs
+        self.version = version
+        self.topic = route.topic_for(version)
+        self.lateness = 0
+        self.max_t = None
+        self.batch = 0
+        self.producer = Producer(route.client_conf(
+            who or route.job, **{"linger.ms": 5, "queue.buffering.max.messages": 1_000_000}))
+
+
+def assert_no_secret(texts: dict[str, str], *identities: Identity) -> None:
+    """No password of ``identities`` appears in any of ``texts`` (name -> text)."""
+    for who in identities:
+        for name, text in texts.items():
+            assert who.password not in text, f"{who.user}'s password appears in {name}"

@@ -1,0 +1,61 @@
+"""``cutover tag`` on the secured broker: a real PySpark job, secured with the options Spark's
+Kafka connector takes (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
+``kafka.sasl.jaas.config``, a PEM ``kafka.ssl.truststore``), read through the Python Kafka
+source and written through the tagging sink, logged in as the route's job identity, which may
+write its raw topic only (and read its own input)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from cutover.access import Operation, Resource, ResourceKind, Right
+from cutover.broker import create_topics
+from cutover.headers import parse_headers
+from tests.security.support import SecuredRoute, assert_no_secret
+from tests.spark.spark_test_support import REPO, spark_env, tag_command
+
+pytestmark = [pytest.mark.security, pytest.mark.broker, pytest.mark.spark]
+
+JOB = Path(__file__).resolve().parent / "jobs" / "secure_relay.py"
+ORDERS = 60
+
+
+def test_a_tagged_job_reads_and_writes_with_scram_over_tls(route: SecuredRoute,
+                                                           tmp_path: Path) -> None:
+    source = f"{route.name}.orders"
+    create_topics(route.super_conf["bootstrap.servers"], {source: 2}, extra=route.super_conf)
+    route.kafka.grant([Right(resource=Resource(kind=ResourceKind.TOPIC, name=source),
+                             operation=Operation.READ, why="the job's own input")
+                       .binding(route.job.principal)])
+    producer = Producer(route.super_conf)
+    for i in range(ORDERS):
+        order = {"order_id": f"o{i}", "amount": i * 1.5, "ts": 1_767_225_600_000 + i * 100}
+        producer.produce(source, json.dumps(order).encode(), f"c{i % 7}".encode())
+    assert producer.flush(30) == 0
+    log = tmp_path / "tag.log"
+    cmd = tag_command("blue", JOB, [
+        "--bootstrap", route.kafka.bootstrap, "--input", source, "--output", route.inputs[0],
+        "--checkpoint", str(tmp_path / "ckpt"), "--user", route.job.user,
+        "--password-file", str(route.job.secret_file), "--ca-file", str(route.kafka.ca_file)],
+        flags=["--kafka-source", "python"])
+    with log.open("wb") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=spark_env(),
+                              cwd=REPO, timeout=300)
+    text = log.read_text(errors="replace")
+    assert done.returncode == 0, text[-4000:]
+    records = route.read(route.inputs[0])
+    data = [m for m in records if m.value()]
+    beats = [m for m in records if not m.value()]
+    assert len(data) == ORDERS
+    assert {m.partition() for m in beats} == set(range(route.partitions))
+    for m in data:
+        tagged = parse_headers(m.headers())
+        order = json.loads(m.value())
+        assert tagged.version == "blue" and tagged.event_time == order["ts"]
+    assert "Traceback" not in text
+    assert_no_secret({"cutover tag output": text}, route.job)

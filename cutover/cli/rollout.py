@@ -28,7 +28,7 @@ from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, cluster_args, connect
 from cutover.cli.rollout_driver import Driver, Superseded
 from cutover.cli.rollout_procs import host, pid_alive
-from cutover.cli.rollout_view import make_view, phase_lines
+from cutover.cli.rollout_view import make_view
 from cutover.cli.times import parse_duration_ms
 from cutover.plan import utcnow
 from cutover.rollout.journal import (
@@ -281,8 +281,13 @@ def _drive(args: argparse.Namespace, t: Target, settings: RouterSettings | None,
         raise CliError(f"cannot serve metrics on port {args.metrics_port} ({exc.strerror}); "
                        "pick another --metrics-port") from None
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    for line in phase_lines(rec.model_copy(update={"phases": ()}), rec, utcnow()):
-        view.say(line)
+    stamp = utcnow().astimezone().strftime("%H:%M:%S")
+    s = rec.spec
+    view.say(f"[{stamp}] rollout of route {rec.route}: {s.old} -> {s.new}, deadline "
+             f"{rec.deadline_at.astimezone():%H:%M:%S}, logs in {s.log_dir}")
+    resumed = args.resume or args.abort
+    view.say(f"[{stamp}] {rec.phase.value} " + (f"resumed: {rec.note}" if resumed
+                                                 else "started"))
     try:
         final = driver.run(rec, first)
     except KeyboardInterrupt:

@@ -42,7 +42,8 @@ def phase_lines(before: RolloutRecord, after: RolloutRecord, now: datetime) -> l
     lines = []
     if before.phases and before.phase != after.phase:
         took = seconds((now - before.phase_started()).total_seconds())
-        lines.append(f"[{stamp}] {before.phase.value} ended after {took}: {after.note}")
+        why = after.phase.value if after.phase.terminal else after.note
+        lines.append(f"[{stamp}] {before.phase.value} ended after {took}: {why}")
     if before.phase != after.phase and not after.phase.terminal:
         lines.append(f"[{stamp}] {after.phase.value} started")
     return lines

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -249,7 +249,7 @@ def step(rec: RolloutRecord, event: Event, now: datetime) -> Step:
     if isinstance(event, SwitchPublished) and phase is Phase.SWITCHING:
         return _enter(_with(rec, switch_epoch=event.epoch, switch_boundary=event.boundary),
                       Phase.DRAINING, now, f"{rec.spec.new} is primary from event time "
-                      f"{event.boundary} (plan epoch {event.epoch})")
+                      f"{at(event.boundary)} (plan epoch {event.epoch})")
     if isinstance(event, SwitchRefused) and phase is Phase.SWITCHING:
         return Step(_with(rec, note=f"switch refused, retrying: {event.reason}"))
     if isinstance(event, OldStopped) and phase is Phase.TEARING_DOWN:
@@ -461,7 +461,7 @@ def _describe_owed(owed: Mapping[int, int], route: RouteFacts, new: str) -> str:
     parts = []
     for p, b in list(owed.items())[:3]:
         wm = route.partitions[p].watermarks.get(new)
-        parts.append(f"partition {p}: watermark {wm if wm is not None else 'none'}, needs {b}")
+        parts.append(f"partition {p}: watermark {at(wm)}, needs {at(b)}")
     return "; ".join(parts) + (f"; and {len(owed) - 3} more" if len(owed) > 3 else "")
 
 
@@ -507,6 +507,17 @@ def _dur(ms: int | float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
+def at(ms: int | None) -> str:
+    """An event time as an operator reads it (UTC, to the millisecond)."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _partitions_from(bounds: Mapping[int, int]) -> str:
+    return ", ".join(f"partition {p} from {at(b)}" for p, b in bounds.items())
+
+
 def _elapsed(rec: RolloutRecord, now: datetime) -> str:
     return _dur((now - rec.started_at).total_seconds() * 1000)
 
@@ -515,9 +526,9 @@ def _done(rec: RolloutRecord, obs: Observation) -> str:
     s = rec.spec
     pins = {p: f.boundary for p, f in obs.route.partitions.items()
             if f.boundary is not None and f.boundary != rec.switch_boundary}
-    where = f" (pinned on partitions {pins})" if pins else ""
+    where = f" (pinned: {_partitions_from(pins)})" if pins else ""
     return (f"rollout of route {rec.route} to {s.new} done in {_elapsed(rec, obs.now)}: {s.new} "
-            f"is primary from event time {rec.switch_boundary}{where}, {s.old} was stopped at "
+            f"is primary from event time {at(rec.switch_boundary)}{where}, {s.old} was stopped at "
             f"CLEAR_TO_TEARDOWN; consumers saw {s.old}'s records below the boundary and "
             f"{s.new}'s from it, each exactly once")
 
@@ -535,21 +546,21 @@ def _rolled_back(rec: RolloutRecord, route: RouteFacts) -> str:
         return head + (f"{s.old} is primary again for every event time (the router had "
                        f"forwarded nothing of {s.new}'s yet): consumers saw only {s.old}'s "
                        f"records, each once; {s.new} was stopped")
-    return head + (f"{s.old} is primary again from event time {kept} (partition: boundary); "
-                   f"below it {s.new} kept what the router had already given it, from "
-                   f"{rec.switch_boundary}, and emitted all of it: consumers saw every record "
-                   f"once, {s.old}'s below {rec.switch_boundary}, {s.new}'s up to the rollback "
-                   f"boundary, {s.old}'s from it; {s.new} was stopped")
+    return head + (f"{s.old} is primary again ({_partitions_from(kept)}); before that {s.new} "
+                   f"kept the event times from {at(rec.switch_boundary)} that the router had "
+                   f"already given it, and emitted all of them: consumers saw every record "
+                   f"once, {s.old}'s below {at(rec.switch_boundary)}, {s.new}'s up to the "
+                   f"rollback boundary, {s.old}'s from it; {s.new} was stopped")
 
 
 def _gap(rec: RolloutRecord, owed: Mapping[int, int], route: RouteFacts) -> str:
     s, rb = rec.spec, rec.rollback
     assert rb is not None
-    ranges = "; ".join(f"partition {p}: [{route.partitions[p].watermarks.get(s.new, 'start')}, "
-                       f"{b})" for p, b in owed.items())
+    ranges = "; ".join(f"partition {p}: [{at(route.partitions[p].watermarks.get(s.new))}, "
+                       f"{at(b)})" for p, b in owed.items())
     return (f"rollout of route {rec.route} to {s.new} could not be rolled back cleanly: "
             f"{rb.reason}. The router had already given {s.new} the event times from "
-            f"{rec.switch_boundary} up to the rollback boundary, and {s.new} (restarted "
+            f"{at(rec.switch_boundary)} up to the rollback boundary, and {s.new} (restarted "
             f"{rb.restarts} times) never emitted all of them within "
             f"{_dur(s.rollback_timeout_ms)}: consumers miss {s.new}'s records of event times "
             f"{ranges}, and with ordered handover {s.old}'s records from the boundary on wait "

@@ -5,9 +5,9 @@ JSON value, ``bg.*`` headers) and then a heartbeat to every partition. Its input
 event ``i`` arrives ``i / rate`` seconds after ``--origin`` (wall clock, epoch ms) and has
 event time ``BASE_T + i * STEP``, so two versions started at different times emit the same
 records, and a version started late catches up in a few large batches. After the last of
-``--count`` events the watermark closes (jumps an hour past it), as a closing input would. A checkpoint file
-(the next event and batch) is written after each batch is acknowledged, so a kill replays the
-last batch, byte for byte, as Spark does.
+``--count`` events the watermark closes (jumps an hour past it), as a closing input would. A
+checkpoint file (the next event and batch) is written after each batch is acknowledged, so a
+kill replays the last batch, byte for byte, as Spark does.
 
     python tests/rollout/emulated_job.py --bootstrap H:P --topic t.raw --partitions 2 \\
         --version green --origin 1767225600000 --count 4000 --checkpoint /tmp/ck-green

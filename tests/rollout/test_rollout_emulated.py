@@ -8,8 +8,6 @@ seconds of job time; the same flows with real PySpark are in tests/spark/test_ro
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +23,10 @@ COUNT = 3000        # 30 s of events at 100/s
 
 
 @pytest.fixture
-def route(bootstrap: str, tmp_path: Path) -> Iterator[RolloutRoute]:
-    r = RolloutRoute(Env(bootstrap, tmp_path, partitions=2), count=COUNT)
+def route(bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest
+          ) -> Iterator[RolloutRoute]:
+    count = getattr(request, "param", COUNT)
+    r = RolloutRoute(Env(bootstrap, tmp_path, partitions=2), count=count)
     r.start_router()
     r.start_blue()
     r.env.wait_horizon(0, versions=("blue",))
@@ -98,6 +98,7 @@ def test_cutover_compare_counts_what_differs_and_exits_by_the_limit(route: Rollo
     green.stop()
 
 
+@pytest.mark.parametrize("route", [6000], indirect=True)   # input until well after the rollback
 def test_a_new_version_that_stalls_after_the_switch_is_rolled_back_with_nothing_lost(
         route: RolloutRoute, tmp_path: Path) -> None:
     stall = tmp_path / "stall-green"

@@ -3,13 +3,13 @@ phase asks for, and that every step can be repeated after a crash."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rollout_support import (
-    ALIVE,
     BASE,
     GONE,
     REF,
@@ -243,8 +243,9 @@ def test_teardown_then_soak_then_done() -> None:
     done = tick(soak.record, part(55_000, 70_000, epoch=2, boundary=50_000), plan=SWITCH,
                 at=75)
     assert done.record.phase is Phase.DONE and done.record.outcome is not None
-    assert done.record.outcome.startswith("rollout of route r to green done in 75s: green "
-                                          "is primary from event time 50000, blue was stopped")
+    assert done.record.outcome.startswith(
+        "rollout of route r to green done in 75s: green is primary from event time "
+        "1970-01-01T00:00:50.000Z, blue was stopped")
     assert done.record.phases[-1].phase is Phase.SOAKING and done.record.phases[-1].ended_at
 
 
@@ -327,7 +328,8 @@ def test_a_stuck_new_version_owing_records_is_restarted_once_at_once() -> None:
     rec = rolling_back(Trigger.STALLED, epoch=3)
     s = tick(rec, pinned(62_000, 52_000, held=40), plan=ROLLBACK)
     assert s.actions == (RestartNew(),)
-    assert "partition 0: watermark 52000, needs 60001" in s.record.note
+    assert "partition 0: watermark 1970-01-01T00:00:52.000Z, needs 1970-01-01T00:01:00.001Z" \
+        in s.record.note
     restarted = step(s.record, NewRestarted(REF.model_copy(update={"pid": 5})), NOW).record
     assert restarted.rollback is not None and restarted.rollback.restarts == 1
     assert restarted.new_process is not None and restarted.new_process.pid == 5
@@ -360,7 +362,8 @@ def test_the_new_version_is_stopped_once_it_passed_the_pin_then_the_old_takes_ov
     assert "partition 0 holds 3 records" in waiting.record.note
     done = tick(stopped, pinned(61_500, 61_000), plan=ROLLBACK)
     assert done.record.phase is Phase.ROLLED_BACK and done.record.outcome is not None
-    assert "blue is primary again from event time {0: 60001}" in done.record.outcome
+    assert "blue is primary again (partition 0 from 1970-01-01T00:01:00.001Z)" \
+        in done.record.outcome
     assert "consumers saw every record once" in done.record.outcome
 
 
@@ -370,8 +373,8 @@ def test_a_new_version_that_never_delivers_its_range_fails_the_rollback_and_says
     s = tick(rec, pinned(62_000, 52_000, held=40), plan=ROLLBACK, at=10 + 601)
     assert s.record.phase is Phase.FAILED and s.actions == (StopNew(),)
     assert s.record.outcome is not None
-    assert "consumers miss green's records of event times partition 0: [52000, 60001)" \
-        in s.record.outcome
+    assert ("consumers miss green's records of event times partition 0: "
+            "[1970-01-01T00:00:52.000Z, 1970-01-01T00:01:00.001Z)") in s.record.outcome
 
 
 def test_an_old_version_that_does_not_pass_the_rollback_boundary_fails_after_the_timeout() -> None:
@@ -397,7 +400,7 @@ EVENTS = st.sampled_from([
 ])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(EVENTS, max_size=30), st.booleans())
 def test_any_sequence_of_events_keeps_the_rules(events: list[object], compare: bool) -> None:
     rec = record(spec=spec(compare=compare))
@@ -421,7 +424,7 @@ def test_any_sequence_of_events_keeps_the_rules(events: list[object], compare: b
         # the phase history is one span per phase entered, contiguous, open only at the end
         spans = rec.phases
         assert spans[0].started_at == T0
-        for a, b in zip(spans, spans[1:], strict=False):
+        for a, b in itertools.pairwise(spans):
             assert a.ended_at == b.started_at
         assert (spans[-1].ended_at is not None) == rec.phase.terminal
         assert rec.phase.terminal == (rec.outcome is not None)

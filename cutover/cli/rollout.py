@@ -107,6 +107,15 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     if (args.resume or args.abort) and given:
         raise CliError(f"{'--resume' if args.resume else '--abort'} continues the journaled "
                        f"rollout as it was started; drop {', '.join(given)}")
+    missing = [f"--{n.replace('_', '-')}" for n in ("to", "start", "stop_old")
+               if not getattr(args, n)]
+    if not (args.resume or args.abort) and missing:
+        raise CliError(f"a rollout needs {', '.join(missing)}; e.g. --to green --start "
+                       "'cutover tag --version green -- job.py' --stop-old 'kill <blue pid>'")
+    for flag in ("catch_up_lag", "compare_for", "deadline", "soak", "margin",
+                 "rollback_timeout"):
+        parse_duration_ms(getattr(args, flag))
+    parse_fraction(args.max_diff)
     settings = _settings(args)
     t = connect(args)
     me = Owner(token=uuid.uuid4().hex, host=host(), pid=os.getpid())
@@ -117,6 +126,9 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
             rec, first = _take_over(args, t, view, me)
             if rec is None:
                 return _follow_abort(args, reader)
+            if rec.spec.compare and rec.compare is None and settings is None:
+                raise CliError("this rollout compares the versions' outputs, which needs the "
+                               "route's settings: add --config (the router's settings file)")
         else:
             rec, first = _new(args, view, me), None
         try:
@@ -147,11 +159,6 @@ def _settings(args: argparse.Namespace) -> RouterSettings | None:
 
 
 def _new(args: argparse.Namespace, view: RouteView, me: Owner) -> RolloutRecord:
-    missing = [f"--{n.replace('_', '-')}" for n in ("to", "start", "stop_old")
-               if not getattr(args, n)]
-    if missing:
-        raise CliError(f"a rollout needs {', '.join(missing)}; e.g. --to green --start "
-                       "'cutover tag --version green -- job.py' --stop-old 'kill <blue pid>'")
     _refuse_running(view)
     plan = view.plan
     if plan is None:

@@ -4,8 +4,9 @@ Each round reads the route's state and the journal from the status and control t
 reader, kept open), watches the new version's process, and feeds what it saw to
 :func:`cutover.rollout.machine.step`. A record that changed is journaled before its actions
 run, so a crash between the two repeats the action, never skips it. The record is also
-re-published every few seconds, which keeps the rollout visible to ``cutover status`` and its
-owner alive to other runs. A comparison runs in a thread for its window; everything else runs
+re-published every few seconds by a thread of its own (the loop may be busy running a stop
+command), which keeps the rollout visible to ``cutover status`` and its owner alive to other
+runs. A comparison runs in a thread for its window; everything else runs
 in the loop.
 """
 
@@ -58,7 +59,7 @@ from router.next_plan import At, next_plan
 from router.next_plan import SwitchRefused as NextPlanRefused
 from router.operator import PlanNotPublished, RouteView, StateReader, Target, publish_plan
 from router.output_tally import OutputTally
-from router.rollout_journal import publish_record, superseded
+from router.rollout_journal import JournalNotWritten, publish_record, superseded
 
 HEARTBEAT_S = 5.0
 
@@ -80,6 +81,8 @@ class Driver:
         self._compare: threading.Thread | None = None
         self._compared: CompareSummary | str | None = None
         self._published_at = 0.0
+        self._journal = threading.Lock()   # one writer of the journal at a time, in order
+        self._beats: threading.Thread | None = None
         self._tally: OutputTally | None = None
         self._metrics = _serve_metrics(self, metrics_port) if metrics_port is not None else None
 
@@ -90,6 +93,8 @@ class Driver:
         self.rec = rec
         self.commands = Commands(Path(rec.spec.log_dir))
         self._open_tally(rec)
+        self._beats = threading.Thread(target=self._heartbeats, name="journal", daemon=True)
+        self._beats.start()
         try:
             if first is not None:
                 rec = self._handle(rec, first, utcnow())
@@ -108,13 +113,14 @@ class Driver:
                 rec = self._handle(rec, self._compare_event(), utcnow())
                 obs = self._observe(view, rec)
                 rec = self._handle(rec, Tick(obs), obs.now)
-                self._heartbeat(rec)
                 self.view.update(rec, obs, self._forwarded())
                 if not rec.phase.terminal:
                     self.stop.wait(self.interval)
             return rec
         finally:
             self.stop.set()
+            if self._beats is not None:
+                self._beats.join(20)
             if self._tally is not None:
                 self._tally.close()
             if self._metrics is not None:
@@ -123,6 +129,8 @@ class Driver:
     def let_go(self, note: str) -> None:
         """Leave the rollout where it is, marked as driven by nobody (Ctrl-C)."""
         self.stop.set()
+        if self._beats is not None:
+            self._beats.join(20)
         if self.rec is not None and not self.rec.phase.terminal:
             self._publish(self.rec.model_copy(update={"owner": None, "note": note}))
 
@@ -139,15 +147,27 @@ class Driver:
         return rec
 
     def _publish(self, rec: RolloutRecord) -> RolloutRecord:
-        rec = rec.model_copy(update={"updated_at": utcnow()})
-        publish_record(self.t, rec)
-        self._published_at = time.monotonic()
-        self.rec = rec
+        with self._journal:
+            rec = rec.model_copy(update={"updated_at": utcnow()})
+            publish_record(self.t, rec)
+            self._published_at = time.monotonic()
+            self.rec = rec
         return rec
 
-    def _heartbeat(self, rec: RolloutRecord) -> None:
-        if time.monotonic() - self._published_at >= HEARTBEAT_S and not rec.phase.terminal:
-            self._publish(rec)
+    def _heartbeats(self) -> None:
+        """Re-publish the record while the loop is busy or idle (a stop command, a restart):
+        the rollout stays visible and its owner alive to other runs."""
+        while not self.stop.wait(1.0):
+            with self._journal:
+                rec = self.rec
+                if rec is None or rec.phase.terminal \
+                        or time.monotonic() - self._published_at < HEARTBEAT_S:
+                    continue
+                try:
+                    publish_record(self.t, rec.model_copy(update={"updated_at": utcnow()}))
+                except JournalNotWritten:
+                    continue   # the loop's next write says so
+                self._published_at = time.monotonic()
 
     # -- observing --------------------------------------------------------------------------
 

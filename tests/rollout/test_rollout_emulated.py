@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cutover.rollout.journal import Phase, Trigger
-from tests.integration.harness import Env
+from tests.integration.harness import Env, run_cli_json
 from tests.rollout.rollout_harness import RolloutRoute, check_output
 
 pytestmark = pytest.mark.broker
@@ -43,6 +43,7 @@ def rollout_args(r: RolloutRoute, *extra: str, green: tuple[str, ...] = (),
             "--margin", margin, "--deadline", deadline, "--soak", "2s", *extra]
 
 
+@pytest.mark.slow   # the same path with real PySpark runs in the default suite
 def test_rollout_switches_tears_down_and_is_done_with_every_record_once(
         route: RolloutRoute) -> None:
     run = route.rollout(*rollout_args(route))
@@ -132,6 +133,8 @@ def test_a_rollout_killed_in_draining_is_resumed_and_finishes(route: RolloutRout
     run = route.rollout(*rollout_args(route, margin="10s"))
     route.wait_phase(Phase.DRAINING, 60, watch=run)
     run.kill()   # kill -9: the rollout's own process group; green runs in its own session
+    status = run_cli_json(route.env)["rollout"]
+    assert status["phase"] == "DRAINING" and status["owner"]["pid"] == run.proc.pid
     resumed = route.rollout("--resume", name="resume")
     assert route.wait_exit(resumed, 120) == 0, resumed.tail(40)
     assert "DRAINING resumed" in resumed.text()

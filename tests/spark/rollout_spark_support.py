@@ -79,6 +79,16 @@ class SparkRoute:
         self.writer.write(PRELOAD)
         self.blue.start()
         self.writer.start()
+        deadline = time.monotonic() + 600   # Spark's start is not the rollout's to wait for
+        while not self._blue_everywhere():
+            assert self.blue.proc.poll() is None, f"blue exited:\n{self.blue.tail()}"
+            assert time.monotonic() < deadline, "blue has no watermark on every partition"
+            time.sleep(1.0)
+
+    def _blue_everywhere(self) -> bool:
+        parts = self.view().partitions
+        return len(parts) == RAW_PARTITIONS and all("blue" in ps.watermarks
+                                                    for ps, *_ in parts.values())
 
     def green_command(self, job: str = "windowed_totals_green.py", *extra: str) -> str:
         return shlex.join(tag_command("green", JOBS / job, self.job_args("green", *extra),

@@ -33,7 +33,7 @@ def route(bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest
 
 
 def rollout_args(r: SparkRoute, *extra: str, green: str | None = None,
-                 margin: str = "20s", deadline: str = "5m") -> list[str]:
+                 margin: str = "20s", deadline: str = "10m") -> list[str]:
     return ["--to", "green", "--start", green or r.green_command(),
             "--stop-old", r.stop_blue_command(), "--catch-up-lag", "20s", "--margin", margin,
             "--deadline", deadline, "--soak", "5s", *extra]
@@ -73,7 +73,7 @@ def test_a_green_that_stalls_after_the_switch_is_rolled_back_at_the_deadline(
         route: SparkRoute, tmp_path: Path) -> None:
     stall = tmp_path / "stall"
     green = route.green_command("windowed_totals_stuck.py", "--stall-file", str(stall))
-    run = route.rollout(*rollout_args(route, green=green, margin="40s", deadline="150s"))
+    run = route.rollout(*rollout_args(route, green=green, margin="40s", deadline="6m"))
     route.wait_phase(Phase.DRAINING, 360, watch=run)
     stall.touch()
     assert route.wait_exit(run, 600) == 1, run.tail(40)

@@ -298,6 +298,9 @@ def _drive(args: argparse.Namespace, t: Target, settings: RouterSettings | None,
     try:
         final = driver.run(rec, first)
     except KeyboardInterrupt:
+        if driver.rec is not None and driver.rec.phase.terminal:
+            view.close()
+            return _report(driver.rec)   # interrupted while closing down: it is over
         phase = driver.rec.phase.value if driver.rec else rec.phase.value
         driver.let_go("interrupted; resumable")
         view.close()

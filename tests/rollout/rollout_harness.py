@@ -120,6 +120,21 @@ def _quote(arg: str) -> str:
     return "'" + arg.replace("'", "'\\''") + "'"
 
 
+def rolled_back_timeline(route: RolloutRoute, rec: RolloutRecord) -> Callable[[int, int], str]:
+    """After a rollback: blue, green from the switch boundary up to each partition's pin (where
+    the router had already given green event times), blue again from the pin."""
+    pins = {p: ps.boundary for p, (ps, *_) in route.env.view().partitions.items()
+            if ps.pinned and ps.boundary is not None}
+    boundary = rec.switch_boundary
+
+    def primary(p: int, t: int) -> str:
+        pin = pins.get(p)
+        return "green" if boundary is not None and pin is not None and boundary <= t < pin \
+            else "blue"
+
+    return primary
+
+
 def check_output(route: RolloutRoute, primary: Callable[[int, int], str]) -> Counter[str]:
     """Every event, exactly once, on its partition, from ``primary(partition, event time)``;
     returns the records per version."""

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from cutover.kafka_errors import denial, principal_of
 from cutover.plan import CutoverPlan, PlanRejected, parse_plan, plan_key_from_env, sign_plan, utcnow
 from cutover.readiness import PartitionProgress, progress_of, readiness
+from cutover.rollout.journal import RolloutRecord, parse_record, route_of_key
 from cutover.settings import RouterSettings
 from cutover.status import (
     Counters,
@@ -98,6 +99,8 @@ class RouteView:
     counters: Counters = field(default_factory=Counters)
     workers: dict[str, RouteStatus] = field(default_factory=dict)
     rejections: list[PlanRejectedEvent] = field(default_factory=list)
+    rollout: RolloutRecord | None = None    # the newest journal record of a rollout
+    rollout_log: list[RolloutRecord] = field(default_factory=list)  # read by the last refresh
 
     def progress(self) -> dict[int, PartitionProgress]:
         """Each partition's own applied epoch and effective boundary, as its owner published
@@ -197,6 +200,8 @@ class _RouteState:
     control_epoch: int | None = None
     workers: dict[str, RouteStatus] = field(default_factory=dict)
     rejections: list[PlanRejectedEvent] = field(default_factory=list)
+    rollout: RolloutRecord | None = None
+    rollout_log: list[RolloutRecord] = field(default_factory=list)
 
 
 class StateReader:
@@ -264,8 +269,19 @@ class StateReader:
 
     def _read(self) -> None:
         route = self.route
+        for rs in self.state.values():
+            rs.rollout_log = []
         for msg in self.status.read_new():
             if msg.value() is None:
+                continue
+            journaled = route_of_key(msg.key())
+            if journaled is not None:  # a rollout's journal (cutover.rollout.journal)
+                if route is None or journaled == route:
+                    with contextlib.suppress(ValidationError, ValueError):
+                        rec = parse_record(msg.value())
+                        rs = self._state(journaled)
+                        rs.rollout = rec
+                        rs.rollout_log.append(rec)
                 continue
             try:
                 st = parse_status(msg.value())
@@ -307,7 +323,8 @@ class StateReader:
             st = self.state.get(r, _RouteState())
             v = RouteView(r, plan=st.plan, control_epoch=st.control_epoch,
                           num_partitions=self.t.routes.get(r), workers=dict(st.workers),
-                          rejections=list(st.rejections))
+                          rejections=list(st.rejections), rollout=st.rollout,
+                          rollout_log=list(st.rollout_log))
             views[r] = v
             for w in v.workers.values():
                 if w.num_partitions and not v.num_partitions:

@@ -22,6 +22,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "cutover.cli.switch": ("switch",),
     "cutover.cli.status": ("status", "wait"),
     "cutover.cli.plan": ("plan",),
+    "cutover.cli.rollout": ("rollout",),
+    "cutover.cli.compare": ("compare",),
     "spark_tagger.cli": ("tag",),
     "cutover.cli.demo": ("demo",),
     "cutover.cli.doctor": ("doctor",),

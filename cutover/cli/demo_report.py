@@ -1,20 +1,32 @@
 """What ``cutover demo`` shows at the end: the output checked against a reference computed from
-the input alone (lost, duplicated, wrong version, wrong value), the output gap around the switch
-against the job's own rhythm, and a timeline image."""
+the input alone (lost, duplicated, wrong version, wrong value) for the timeline both rollouts
+left on each partition, the output gaps of steady running and of each rollout, and a timeline
+image (cutover.cli.demo_timeline).
+
+Gaps are measured on the output records' timestamps (when the router wrote them), inside spans
+the demo recorded: the steady spans, when one version ran alone and no rollout was under way,
+and each rollout from its start to its end. A span with too few records to measure says so
+rather than reporting zero.
+"""
 
 from __future__ import annotations
 
 import itertools
 import json
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cutover.cli import CliError
+from cutover.cli.demo_parts import PARTITIONS
+from cutover.cli.demo_timeline import Mark, draw_timeline
 from cutover.cli.orders import Order
+from cutover.rollout.journal import Phase, RolloutRecord
 from router.operator import RouteView
+
+WINDOW_MS = 10_000
+MIN_RECORDS = 5   # a span with fewer output records has no rhythm to measure
 
 
 def fmt(ms: int | None) -> str:
@@ -37,6 +49,19 @@ class Rec:
         return self.headers[name]
 
 
+Span = tuple[float, float]
+
+
+@dataclass
+class Story:
+    """What the demo did, on the wall clock: the spans it measures gaps in, and where green
+    became primary on each partition."""
+
+    steady: list[Span] = field(default_factory=list)
+    rollouts: list[Span] = field(default_factory=list)
+    first_bounds: dict[int, int] = field(default_factory=dict)
+
+
 def read_all(bootstrap: str, topic: str) -> list[Rec]:
     from router.kafka_io import base_conf, read_to_end
 
@@ -45,32 +70,71 @@ def read_all(bootstrap: str, topic: str) -> list[Rec]:
             for m in read_to_end(base_conf(bootstrap), topic)]
 
 
-def summarize(bootstrap: str, v: RouteView, orders: list[Order], switched_at: float,
-              cleared_at: float, out: Path, *, partitions: int, window_ms: int
-              ) -> dict[str, Any]:
+def finals(records: list[RolloutRecord]) -> list[RolloutRecord]:
+    """The last journal record of each rollout, in the order they ran."""
+    last: dict[str, RolloutRecord] = {}
+    for r in records:
+        last[r.run_id] = r
+    return list(last.values())
+
+
+class Timeline:
+    """Which version each window's event time belongs to, partition by partition."""
+
+    def __init__(self, story: Story, rollouts: list[RolloutRecord], v: RouteView) -> None:
+        first, second = rollouts[0], rollouts[1]
+        self.new = second.spec.new
+        self.to_green = {p: story.first_bounds.get(p, first.switch_boundary or 0)
+                         for p in range(PARTITIONS)}
+        self.to_new = second.switch_boundary
+        self.back = {p: ps.boundary for p, (ps, *_) in v.partitions.items()
+                     if ps.pinned and ps.boundary is not None} if self.to_new else {}
+
+    def marks(self) -> list[Mark]:
+        out = [Mark(min(self.to_green.values()), "green takes over", "green")]
+        if self.to_new is not None:
+            out.append(Mark(self.to_new, f"{self.new} takes over", self.new))
+        if self.back:
+            out.append(Mark(max(self.back.values()), "back to green", "green"))
+        return out
+
+    def version(self, p: int, end: int) -> str:
+        if end < self.to_green[p]:
+            return "blue"
+        if self.to_new is None or end < self.to_new:
+            return "green"
+        back = self.back.get(p)
+        return self.new if back is not None and end < back else "green"
+
+
+def largest_gap(stamps: list[float], span: Span) -> float | None:
+    inside = [s for s in stamps if span[0] <= s <= span[1]]
+    if len(inside) < MIN_RECORDS:
+        return None
+    return max(b - a for a, b in itertools.pairwise(inside))
+
+
+def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders: list[Order],
+              story: Story, out: Path) -> dict[str, Any]:
     """Check the output against a reference computed from the input orders alone, print the
     summary, write ``summary.json`` and ``timeline.png`` into ``out``; return the summary."""
     from spark_tagger.partitioner import partition_for
 
+    rollouts = finals(journal)
     raw = read_all(bootstrap, "demo.totals.raw")
     output = read_all(bootstrap, "demo.totals")
     dlq = read_all(bootstrap, "demo.totals.dlq")
-    transition = v.plan.transition if v.plan is not None else None
-    if transition is None:
-        raise CliError("the route has no transition to summarize; see the router's log", 1)
-    _, _, boundary = transition
-    bound_p = {p: ps.boundary if ps.boundary is not None else boundary
-               for p, (ps, *_rest) in v.partitions.items()}
+    timeline = Timeline(story, rollouts, v)
     final_wm = {p: ps.watermarks for p, (ps, *_rest) in v.partitions.items()}
 
     # The reference, from the input alone: every window of every customer.
-    ref: dict[tuple[str, int], int] = Counter()
+    ref: Counter[tuple[str, int]] = Counter()
     for o in orders:
-        ref[(o.customer, o.ts // window_ms * window_ms + window_ms)] += 1
+        ref[(o.customer, o.ts // WINDOW_MS * WINDOW_MS + WINDOW_MS)] += 1
     expected: dict[tuple[str, int], str] = {}
     for (cust, end), _n in ref.items():
-        p = partition_for(cust.encode(), None, partitions)
-        version = "blue" if end < bound_p[p] else "green"
+        p = partition_for(cust.encode(), None, PARTITIONS)
+        version = timeline.version(p, end)
         if end < final_wm[p].get(version, -1):  # closed by that version's final watermark
             expected[(cust, end)] = version
 
@@ -79,8 +143,7 @@ def summarize(bootstrap: str, v: RouteView, orders: list[Order], switched_at: fl
     by_version: Counter[str] = Counter()
     for r in output:
         body = json.loads(r.value or b"null")
-        end = int(r.tag("bg.event_time"))
-        k = (body["customer"], end)
+        k = (body["customer"], int(r.tag("bg.event_time")))
         seen[k] += 1
         ver = r.tag("bg.version")
         by_version[ver] += 1
@@ -92,92 +155,70 @@ def summarize(bootstrap: str, v: RouteView, orders: list[Order], switched_at: fl
     duplicated = sum(n - 1 for n in seen.values() if n > 1)
     raw_data = Counter(r.tag("bg.version") for r in raw if r.header("bg.kind") != "heartbeat")
     stamps = sorted(r.timestamp for r in output)
-    near = [b - a for a, b in itertools.pairwise(stamps)
-            if switched_at - 30 <= b <= cleared_at + 30]
-    # The same measure away from the switch (after the first output has settled), so the
-    # gap around the switch can be compared with the job's own rhythm of micro-batches.
-    settled = stamps[0] + 20 if stamps else 0.0
-    elsewhere = [b - a for a, b in itertools.pairwise(stamps)
-                 if b >= settled and not switched_at - 30 <= b <= cleared_at + 30]
+    steady = [largest_gap(stamps, s) for s in story.steady]
+    during = [largest_gap(stamps, s) for s in story.rollouts]
     c = v.counters
     report = {
         "records_in": dict(raw_data), "forwarded": dict(by_version),
         "suppressed": c.suppressed, "duplicates_removed": c.duplicates,
         "dead_lettered": len(dlq), "expected": len(expected), "lost": lost,
         "duplicated": duplicated, "wrong_version": wrong_version, "wrong_value": wrong_value,
-        "largest_gap_s": max(near, default=0.0),
-        "largest_gap_elsewhere_s": max(elsewhere, default=0.0),
-        "boundary": boundary, "pinned": bound_p,
-        "switch_to_clear_s": cleared_at - switched_at,
+        "largest_gap_steady_s": steady, "largest_gap_rollouts_s": during,
+        "rollouts": [{"to": r.spec.new, "phase": r.phase.value, "outcome": r.outcome,
+                      "boundary": r.switch_boundary,
+                      "compared": r.compare.counts.model_dump() if r.compare else None,
+                      "phases": [[s.phase.value, round(s.seconds(s.ended_at or s.started_at), 1)]
+                                 for s in r.phases]}
+                     for r in rollouts],
+        "green_from": timeline.to_green, "v3_from": timeline.to_new,
+        "green_again_from": timeline.back,
     }
     png = out / "timeline.png"
-    draw_timeline(png, output, raw, boundary)
+    draw_timeline(png, output, raw, timeline.marks(), story.rollouts)
     (out / "summary.json").write_text(json.dumps(report, indent=2, default=str))
+    _print(report, rollouts, timeline, orders, c.duplicates, len(dlq), png, out)
+    return report
+
+
+def _seconds(gap: float | None) -> str:
+    return "not measured (too few records)" if gap is None else f"{gap:.2f} s"
+
+
+def _print(report: dict[str, Any], rollouts: list[RolloutRecord], timeline: Timeline,
+           orders: list[Order], duplicates: int, dlq: int, png: Path, out: Path) -> None:
     print()
     print("summary")
     print(f"  input orders written        {len(orders)}")
-    print(f"  raw records in (data)       {fmt_counts(raw_data)}")
-    print(f"  forwarded per version       {fmt_counts(by_version)}")
-    print(f"  suppressed (non-primary)    {fmt_counts(c.suppressed)}")
-    print(f"  duplicates removed          {c.duplicates}")
-    print(f"  dead-lettered               {len(dlq)}")
-    print(f"  boundary                    {boundary} ({fmt(boundary)} event time); per "
-          f"partition {bound_p}")
-    print(f"  switch -> CLEAR_TO_TEARDOWN {cleared_at - switched_at:.1f} s")
-    print(f"  checked against reference   {len(expected)} windows expected: lost {lost}, "
-          f"duplicated {duplicated}, wrong version {wrong_version}, wrong count {wrong_value}")
-    print(f"  largest output gap          {report['largest_gap_s']:.2f} s around the switch, "
-          f"{report['largest_gap_elsewhere_s']:.2f} s elsewhere (micro-batch rhythm)")
+    print(f"  raw records in (data)       {fmt_counts(report['records_in'])}")
+    print(f"  forwarded per version       {fmt_counts(report['forwarded'])}")
+    print(f"  suppressed (non-primary)    {fmt_counts(report['suppressed'])}")
+    print(f"  duplicates removed          {duplicates}")
+    print(f"  dead-lettered               {dlq}")
+    for i, r in enumerate(rollouts, start=1):
+        took = sum(s.seconds(s.ended_at or s.started_at) for s in r.phases)
+        line = f"  rollout {i} to {r.spec.new:<14} {r.phase.value} after {took:.0f} s"
+        if r.compare is not None:
+            line += f"; compared first: {r.compare.headline()}"
+        if r.phase is Phase.DONE:
+            line += f"; {r.spec.new} primary from {fmt(r.switch_boundary)} (event time)"
+        elif r.rollback is not None:
+            line += f"; {r.rollback.reason[:120]}"
+            if timeline.back:
+                line += (f"; {r.spec.new} kept {fmt(r.switch_boundary)}.."
+                         f"{fmt(max(timeline.back.values()))} (event time), "
+                         f"restarted {r.rollback.restarts}x to emit it")
+        print(line)
+    print(f"  checked against reference   {report['expected']} windows expected: lost "
+          f"{report['lost']}, duplicated {report['duplicated']}, wrong version "
+          f"{report['wrong_version']}, wrong count {report['wrong_value']}")
+    steady = ", ".join(_seconds(g) for g in report["largest_gap_steady_s"])
+    during = ", ".join(f"rollout {i}: {_seconds(g)}"
+                       for i, g in enumerate(report["largest_gap_rollouts_s"], start=1))
+    print(f"  largest output gap          steady running (one version, no rollout): {steady}; "
+          f"{during}")
     print(f"  timeline                    {png}")
     print(f"  summary, logs               {out / 'summary.json'}, {out / 'logs'}")
-    return report
 
 
 def fmt_counts(c: Any) -> str:
     return ", ".join(f"{k}={n}" for k, n in sorted(dict(c).items())) or "0"
-
-
-def draw_timeline(png: Path, output: list[Any], raw: list[Any], boundary: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {"blue": "#1f77b4", "green": "#2ca02c"}
-    t0 = min((int(r.tag("bg.event_time")) for r in output), default=boundary)
-    bucket = 60_000
-    counts: dict[str, Counter[int]] = defaultdict(Counter)
-    for r in output:
-        t = int(r.tag("bg.event_time"))
-        counts[r.tag("bg.version")][(t - t0) // bucket] += 1
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
-    buckets = sorted({b for c in counts.values() for b in c})
-    bottom = [0] * len(buckets)
-    for version, c in sorted(counts.items()):
-        ys = [c.get(b, 0) for b in buckets]
-        ax1.bar([b for b in buckets], ys, bottom=bottom, width=0.9, label=f"forwarded {version}",
-                color=colours.get(version))
-        bottom = [a + y for a, y in zip(bottom, ys, strict=True)]
-    bx = (boundary - t0) / bucket
-    for ax in (ax1, ax2):
-        ax.axvline(bx, color="black", linestyle="--", linewidth=1, label="boundary")
-    ax1.set_ylim(0, max(bottom, default=1) * 1.25)
-    ax1.set_ylabel("windows forwarded per minute\nof event time")
-    ax1.legend(loc="upper left", ncols=3)
-    ax1.set_title("cutover demo: output by event time, coloured by the version it came from")
-    wm: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for r in raw:
-        w = r.header("bg.watermark")
-        if w is not None:
-            wm[r.tag("bg.version")].append(((int(w) - t0) / bucket, r.timestamp))
-    start = min((ts for pts in wm.values() for _, ts in pts), default=0)
-    for version, pts in sorted(wm.items()):
-        pts.sort(key=lambda p: p[1])
-        ax2.plot([x for x, _ in pts], [ts - start for _, ts in pts], ".", markersize=2,
-                 color=colours.get(version), label=f"{version} watermark")
-    ax2.set_xlabel("event time (minutes from the first window)")
-    ax2.set_ylabel("wall clock (s) when the\nwatermark was emitted")
-    ax2.legend(loc="upper left", ncols=3)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)

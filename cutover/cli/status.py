@@ -7,11 +7,14 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, cluster_args, connect
 from cutover.cli.times import parse_duration_ms
+from cutover.plan import utcnow
+from cutover.rollout.journal import RolloutRecord
 from cutover.status import TransitionState
 from router.operator import RouteView, StateReader, read_views
 
@@ -28,7 +31,21 @@ def _merged_json(v: RouteView) -> dict[str, Any]:
         "counters": v.counters.model_dump(mode="json"),
         "plan": v.plan.model_dump(mode="json") if v.plan else None,
         "last_rejection": v.rejections[-1].model_dump(mode="json") if v.rejections else None,
+        "rollout": v.rollout.model_dump(mode="json") if v.rollout else None,
     }
+
+
+def describe_rollout(r: RolloutRecord, now: datetime) -> str:
+    """One line: the route's rollout, its phase and who drives it."""
+    since = int((now - r.phase_started()).total_seconds())
+    line = (f"rollout {r.spec.old} -> {r.spec.new}: {r.phase.value}"
+            f" (since {r.phase_started():%H:%M:%S}Z, {since // 60}:{since % 60:02d})")
+    if r.phase.terminal:
+        return f"{line}: {r.outcome or r.note}"
+    heard = int((now - r.updated_at).total_seconds())
+    by = (f"pid {r.owner.pid} on {r.owner.host}, heard {heard}s ago" if r.owner
+          else "driven by nobody: resume it with `cutover rollout --resume`")
+    return f"{line}, deadline {r.deadline_at:%H:%M:%S}Z, {by}: {r.note}"
 
 
 def _print_table(v: RouteView) -> None:
@@ -40,6 +57,8 @@ def _print_table(v: RouteView) -> None:
     print()
     if tr.holdups:
         print(f"  waiting on: {tr.describe_holdups()}")
+    if v.rollout is not None:
+        print(f"  {describe_rollout(v.rollout, utcnow())}")
     versions = sorted({ver for ps, *_ in v.partitions.values() for ver in ps.watermarks})
     head = (f"  {'part':>4} {'worker':<18} {'epoch':>5} {'boundary':>15} {'horizon':>15} "
             f"{'held':>6} ") + " ".join(

@@ -87,6 +87,7 @@ def _collect(bootstrap: str, topic: str, stop: threading.Event,
 
 
 def _run(bootstrap: str, tmp: Path, setup: str) -> FailoverGap:
+    tmp.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     raw, out = f"fo-raw-{tag}", f"fo-out-{tag}"
     control, status = f"fo-ctl-{tag}", f"fo-st-{tag}"

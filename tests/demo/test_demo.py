@@ -45,23 +45,32 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_demo_runs_the_whole_story(tmp_path: Path) -> None:
+def test_demo_runs_a_rollout_and_a_rollback(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     done = subprocess.run([CUTOVER, "demo", "--out", str(out), "--run-on", "10"],
-                          capture_output=True, text=True, timeout=1200)
+                          capture_output=True, text=True, timeout=2400)
     assert done.returncode == 0, f"demo failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     assert "Traceback" not in done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["expected"] > 50
     assert summary["lost"] == 0 and summary["duplicated"] == 0
     assert summary["wrong_version"] == 0 and summary["wrong_value"] == 0
-    assert summary["forwarded"].get("blue", 0) > 0 and summary["forwarded"].get("green", 0) > 0
+    forwarded = summary["forwarded"]
+    assert forwarded.get("blue", 0) > 0 and forwarded.get("green", 0) > 0
+    first, second = summary["rollouts"]
+    assert (first["to"], first["phase"]) == ("green", "DONE")
+    assert first["compared"]["different"] > 0 and first["compared"]["equal"] == 0
+    assert (second["to"], second["phase"]) == ("v3", "ROLLED_BACK")
+    assert second["boundary"] is not None, "v3 was rolled back before the switch"
+    assert summary["green_again_from"] and forwarded.get("v3", 0) > 0
+    assert all(g is not None for g in summary["largest_gap_steady_s"])
     png = out / "timeline.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    for step in ("cutover switch --route totals --to green --at auto",
-                 "cutover wait --route totals --for clear-to-teardown", "CLEAR_TO_TEARDOWN",
-                 "lost 0, duplicated 0", str(png)):
-        assert step in done.stdout, f"the demo did not print {step!r}"
+    for step in ("cutover rollout --route totals --to green", "COMPARING started",
+                 "+max_amount=", "CLEAR_TO_TEARDOWN", "cutover rollout --route totals --to v3",
+                 "the demo makes it hang", "ROLLING_BACK started", "lost 0, duplicated 0",
+                 "steady running (one version, no rollout)", str(png)):
+        assert step in done.stdout + done.stderr, f"the demo did not print {step!r}"
 
 
 def test_ctrl_c_stops_everything_the_demo_started(tmp_path: Path) -> None:

@@ -1,0 +1,5 @@
+"""``cutover rollout`` as data and rules: the journal it keeps on the status topic
+(:mod:`cutover.rollout.journal`), the phase machine that decides every step from that journal
+and what it observes (:mod:`cutover.rollout.machine`, pure), and the metrics drawn from the
+journal (:mod:`cutover.rollout.metrics`). The command that runs them is ``cutover.cli.rollout``.
+"""

@@ -1,0 +1,600 @@
+"""The rollout's phase machine: pure, no I/O, no clock of its own.
+
+``step(record, event, now)`` takes the journal record and one event (a :class:`Tick` with what
+the driver observed, or the result of an action the driver ran) and returns the next record
+and the actions to run. The driver journals the record before it runs the actions, so every
+step can be repeated after a crash: each action is asked for again only while its effect is not
+observed (a new version process that is alive, a plan on the control topic, a comparison
+running), and the few effects that cannot be observed (the stop commands) are documented as
+having to be idempotent.
+
+Phases: STARTING_NEW -> CATCHING_UP -> [COMPARING] -> SWITCHING -> DRAINING -> TEARING_DOWN ->
+SOAKING -> DONE. Until the old version is stopped, the deadline, STALLED, the new version's exit,
+a failed comparison or an abort lead to ROLLING_BACK -> ROLLED_BACK (or FAILED, with the reason,
+when the rollback cannot finish).
+
+Why a rollback may need the new version once more: the router decides a record for good when
+it passes it, and after the switch the old version's records at or above the boundary are
+decided as suppressed as soon as they arrive. A rollback plan therefore takes effect on each
+partition only above its horizon (the router pins it there), and the range between the switch
+boundary and that pin belongs to the new version. The rollback waits until the new version's
+watermark has passed the pin on every partition, restarting it (from its checkpoint) when it is
+stuck or gone, and only then stops it; when it cannot, the rollout ends FAILED and says which
+event times consumers miss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from cutover.plan import CutoverPlan, Segment
+from cutover.rollout.journal import (
+    CompareSummary,
+    Phase,
+    PhaseSpan,
+    ProcessRef,
+    RollbackState,
+    RolloutRecord,
+    Trigger,
+)
+from cutover.status import Transition, TransitionState
+
+NO_WATERMARK = -(1 << 63)
+MAX_RESTARTS = 2                          # restarts of a stuck new version during a rollback
+NO_PROGRESS = timedelta(seconds=60)       # a new version this long without progress is stuck
+
+
+# -- what the driver observes -------------------------------------------------------------------
+
+
+class ProcState(StrEnum):
+    ALIVE = "alive"
+    GONE = "gone"
+    UNKNOWN = "unknown"   # started on another host: only the route tells
+
+
+class NewProcess(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: ProcState
+    exit_code: int | None = None
+
+
+class PartitionFacts(BaseModel):
+    """One partition as the router's status reports it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epoch: int | None = None
+    boundary: int | None = None
+    horizon: int | None = None
+    watermarks: dict[str, int] = {}
+    pinned: tuple[int, ...] = ()
+    held: int = 0
+
+    def mark(self, version: str) -> int:
+        return self.watermarks.get(version, NO_WATERMARK)
+
+
+class RouteFacts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: CutoverPlan | None
+    num_partitions: int
+    partitions: dict[int, PartitionFacts]
+    transition: Transition
+
+
+class Observation(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    now: datetime
+    new: NewProcess
+    route: RouteFacts
+    compare_running: bool = False
+
+
+# -- events -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tick:
+    obs: Observation
+
+
+@dataclass(frozen=True)
+class NewStarted:
+    ref: ProcessRef
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class CompareDone:
+    summary: CompareSummary
+
+
+@dataclass(frozen=True)
+class CompareFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class SwitchPublished:
+    epoch: int
+    boundary: int
+
+
+@dataclass(frozen=True)
+class SwitchRefused:
+    reason: str
+
+
+@dataclass(frozen=True)
+class OldStopped:
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class RollbackPublished:
+    epoch: int
+
+
+@dataclass(frozen=True)
+class NewStopped:
+    pass
+
+
+@dataclass(frozen=True)
+class NewRestarted:
+    ref: ProcessRef
+
+
+@dataclass(frozen=True)
+class AbortRequested:
+    by: str
+
+
+Event = (Tick | NewStarted | StartFailed | CompareDone | CompareFailed | SwitchPublished
+         | SwitchRefused | OldStopped | RollbackPublished | NewStopped | NewRestarted
+         | AbortRequested)
+
+
+# -- actions ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartNew:
+    pass
+
+
+@dataclass(frozen=True)
+class RestartNew:
+    pass
+
+
+@dataclass(frozen=True)
+class StopNew:
+    pass
+
+
+@dataclass(frozen=True)
+class StartCompare:
+    pass
+
+
+@dataclass(frozen=True)
+class PublishSwitch:
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class PublishRollback:
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class StopOld:
+    pass
+
+
+Action = StartNew | RestartNew | StopNew | StartCompare | PublishSwitch | PublishRollback | StopOld
+
+
+@dataclass(frozen=True)
+class Step:
+    record: RolloutRecord
+    actions: tuple[Action, ...] = ()
+
+
+# -- the machine --------------------------------------------------------------------------------
+
+
+def step(rec: RolloutRecord, event: Event, now: datetime) -> Step:
+    """The next record and the actions to run, for one event."""
+    if rec.phase.terminal:
+        return Step(rec)
+    if isinstance(event, Tick):
+        return _tick(rec, event.obs)
+    if isinstance(event, AbortRequested):
+        if rec.phase.old_still_running:
+            return _rollback(rec, now, Trigger.ABORT, f"aborted by {event.by}")
+        return Step(rec)
+    phase = rec.phase
+    if isinstance(event, NewStarted) and phase is Phase.STARTING_NEW:
+        return _enter(_with(rec, new_process=event.ref), Phase.CATCHING_UP, now,
+                      f"{rec.spec.new} started (pid {event.ref.pid}, log {event.ref.log})")
+    if isinstance(event, StartFailed) and phase is Phase.STARTING_NEW:
+        return _rollback(rec, now, Trigger.START_FAILED,
+                         f"the start command of {rec.spec.new} failed: {event.reason}")
+    if isinstance(event, CompareDone) and phase is Phase.COMPARING:
+        done = _with(rec, compare=event.summary)
+        if event.summary.passed:
+            return _enter(done, Phase.SWITCHING, now, event.summary.headline(),
+                          PublishSwitch(rec.deadline_at))
+        return _rollback(done, now, Trigger.COMPARE,
+                         f"the comparison failed: {event.summary.headline()}")
+    if isinstance(event, CompareFailed) and phase is Phase.COMPARING:
+        return _rollback(rec, now, Trigger.COMPARE,
+                         f"the comparison could not run: {event.reason}")
+    if isinstance(event, SwitchPublished) and phase is Phase.SWITCHING:
+        return _enter(_with(rec, switch_epoch=event.epoch, switch_boundary=event.boundary),
+                      Phase.DRAINING, now, f"{rec.spec.new} is primary from event time "
+                      f"{at(event.boundary)} (plan epoch {event.epoch})")
+    if isinstance(event, SwitchRefused) and phase is Phase.SWITCHING:
+        return Step(_with(rec, note=f"switch refused, retrying: {event.reason}"))
+    if isinstance(event, OldStopped) and phase is Phase.TEARING_DOWN:
+        if event.exit_code == 0:
+            return _enter(rec, Phase.SOAKING, now, f"{rec.spec.old} stopped")
+        return _finish(rec, Phase.FAILED, now, _stop_old_failed(rec, event.exit_code))
+    rb = rec.rollback
+    if phase is Phase.ROLLING_BACK and rb is not None:
+        if isinstance(event, RollbackPublished):
+            return Step(_with(rec, rollback=_rb(rb, epoch=event.epoch),
+                              note=f"rollback plan published (epoch {event.epoch})"))
+        if isinstance(event, NewStopped):
+            return Step(_with(rec, rollback=_rb(rb, new_stopped=True),
+                              note=f"{rec.spec.new} stopped"))
+        if isinstance(event, NewRestarted):
+            return Step(_with(rec, new_process=event.ref,
+                              rollback=_rb(rb, restarts=rb.restarts + 1, progress_at=now),
+                              note=f"{rec.spec.new} restarted (pid {event.ref.pid}) to emit the "
+                                   "records the router gave it"))
+    return Step(rec)
+
+
+def _tick(rec: RolloutRecord, obs: Observation) -> Step:
+    spec, phase, now = rec.spec, rec.phase, obs.now
+    if phase.old_still_running:
+        foreign = _foreign_plan(rec, obs.route.plan)
+        if foreign is not None:
+            return _finish(rec, Phase.FAILED, now, foreign)
+        if now >= rec.deadline_at:
+            return _rollback(rec, now, Trigger.DEADLINE,
+                             f"the deadline ({_dur(spec.deadline_ms)}) passed in {phase.value}"
+                             f"{_waiting_on(rec, obs)}")
+        if rec.new_process is not None and obs.new.state is ProcState.GONE:
+            code = f" with code {obs.new.exit_code}" if obs.new.exit_code is not None else ""
+            return _rollback(rec, now, Trigger.NEW_EXITED,
+                             f"{spec.new}'s start command exited{code} in {phase.value}")
+    if phase is Phase.STARTING_NEW:
+        if rec.new_process is None:
+            return Step(rec, (StartNew(),))
+        return _enter(rec, Phase.CATCHING_UP, now, f"{spec.new} is running")
+    if phase is Phase.CATCHING_UP:
+        lagging = catch_up_lag(obs.route, spec.old, spec.new, spec.catch_up_lag_ms)
+        if lagging:
+            return Step(_with(rec, note=lagging))
+        done = (f"{spec.new} within {_dur(spec.catch_up_lag_ms)} of {spec.old} on all "
+                f"{obs.route.num_partitions} partitions")
+        if spec.compare:
+            return _enter(rec, Phase.COMPARING, now, done, StartCompare())
+        return _enter(rec, Phase.SWITCHING, now, done, PublishSwitch(rec.deadline_at))
+    if phase is Phase.COMPARING:
+        if rec.compare is None and not obs.compare_running:
+            return Step(rec, (StartCompare(),))
+        return Step(rec)
+    if phase is Phase.SWITCHING:
+        plan = obs.route.plan
+        if plan is not None and _is_switch(rec, plan):
+            # published by a run that died before journaling it
+            assert plan.transition is not None
+            return step(rec, SwitchPublished(plan.epoch, plan.transition[2]), now)
+        return Step(rec, (PublishSwitch(rec.deadline_at),))
+    if phase is Phase.DRAINING:
+        tr = obs.route.transition
+        if tr.state is TransitionState.CLEAR_TO_TEARDOWN and tr.to == spec.new:
+            return _enter(rec, Phase.TEARING_DOWN, now, f"CLEAR_TO_TEARDOWN: {spec.old} may be "
+                          "stopped", StopOld())
+        if tr.state is TransitionState.STALLED:
+            return _rollback(rec, now, Trigger.STALLED,
+                             f"the switch stalled: {tr.describe_holdups()}")
+        return Step(_with(rec, note=f"waiting for CLEAR_TO_TEARDOWN: "
+                                    f"{tr.describe_holdups(limit=3) or tr.state.value}"))
+    if phase is Phase.TEARING_DOWN:
+        return Step(rec, (StopOld(),))   # resumed: the stop command runs again
+    if phase is Phase.SOAKING:
+        if rec.new_process is not None and obs.new.state is ProcState.GONE:
+            return _finish(rec, Phase.FAILED, now, _soak_failed(rec, obs))
+        if now >= rec.phase_started() + timedelta(milliseconds=spec.soak_ms):
+            return _finish(rec, Phase.DONE, now, _done(rec, obs))
+        return Step(rec)
+    return _rollback_tick(rec, obs)
+
+
+def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
+    rb, spec, now = rec.rollback, rec.spec, obs.now
+    assert rb is not None
+    route = obs.route
+    switched = rec.switch_epoch is not None
+    timed_out = now >= rb.started_at + timedelta(milliseconds=spec.rollback_timeout_ms)
+    if switched and rb.epoch is None:
+        plan = route.plan
+        assert rec.switch_epoch is not None
+        if plan is not None and plan.epoch > rec.switch_epoch \
+                and plan.segments[-1].primary == spec.old:
+            rb = _rb(rb, epoch=plan.epoch)   # published by a run that died before journaling
+            rec = _with(rec, rollback=rb)
+        else:
+            return Step(_with(rec, note="publishing the rollback plan"),
+                        (PublishRollback(rec.base_plan.segments),))
+    if switched:
+        assert rb.epoch is not None
+        behind = [p for p in range(route.num_partitions) if p not in route.partitions
+                  or (route.partitions[p].epoch or 0) < rb.epoch]
+        if behind:
+            if timed_out:
+                return _finish(rec, Phase.FAILED, now, _rollback_unapplied(rec, behind))
+            return Step(_with(rec, note=f"waiting for partitions {behind} to apply the "
+                                        f"rollback plan (epoch {rb.epoch})"))
+    owed = owed_ranges(route, spec.new) if switched else {}
+    if owed and not rb.new_stopped:
+        marks = {p: route.partitions[p].mark(spec.new) for p in owed}
+        if rb.progress_at is None or any(m > rb.new_marks.get(p, NO_WATERMARK)
+                                         for p, m in marks.items()):
+            rb = _rb(rb, new_marks=marks, progress_at=now)
+        owes = _describe_owed(owed, route, spec.new)
+        rec = _with(rec, rollback=rb, note=f"waiting for {spec.new} to emit the records the "
+                                           f"router gave it: {owes}")
+        if timed_out:
+            return _finish(rec, Phase.FAILED, now, _gap(rec, owed, route), StopNew())
+        assert rb.progress_at is not None
+        stuck = (obs.new.state is ProcState.GONE
+                 or (obs.new.state is ProcState.ALIVE
+                     and ((rb.trigger.new_is_stuck and rb.restarts == 0)
+                          or now - rb.progress_at >= NO_PROGRESS)))
+        if stuck and rb.restarts < MAX_RESTARTS:
+            return Step(rec, (RestartNew(),))
+        return Step(rec)
+    if not rb.new_stopped:
+        return Step(_with(rec, note=f"stopping {spec.new}"), (StopNew(),))
+    unsteady = _unsteady(route, spec.old) if switched else []
+    if not unsteady:
+        return _finish(rec, Phase.ROLLED_BACK, now, _rolled_back(rec, route))
+    if timed_out:
+        return _finish(rec, Phase.FAILED, now, _old_not_passing(rec, unsteady))
+    return Step(_with(rec, note=f"waiting for {spec.old} to pass the rollback boundary: "
+                                f"{'; '.join(unsteady[:3])}"))
+
+
+# -- facts of the route -------------------------------------------------------------------------
+
+
+def catch_up_lag(route: RouteFacts, old: str, new: str, lag_ms: int) -> str | None:
+    """Why ``new`` has not caught up with ``old`` (None when it has): on every partition both
+    have a watermark and the new one trails the old one by at most ``lag_ms``."""
+    if route.num_partitions == 0:
+        return "no router status yet"
+    for p in range(route.num_partitions):
+        f = route.partitions.get(p)
+        if f is None:
+            return f"no router status for partition {p} yet"
+        if old not in f.watermarks:
+            return f"partition {p}: no watermark of {old} yet"
+        if new not in f.watermarks:
+            return f"partition {p}: no watermark of {new} yet"
+        behind = f.watermarks[old] - f.watermarks[new]
+        if behind > lag_ms:
+            return (f"partition {p}: {new} {_dur(behind)} behind {old} "
+                    f"(allowed {_dur(lag_ms)})")
+    return None
+
+
+def owed_ranges(route: RouteFacts, new: str) -> dict[int, int]:
+    """Partitions where the rollback plan was pinned (the router had already given event times
+    past the switch boundary to ``new``) and ``new``'s watermark has not passed the pin yet:
+    partition -> the pinned boundary."""
+    return {p: f.boundary for p, f in sorted(route.partitions.items())
+            if f.pinned and f.boundary is not None and f.mark(new) < f.boundary}
+
+
+def _unsteady(route: RouteFacts, old: str) -> list[str]:
+    out = []
+    for p, f in sorted(route.partitions.items()):
+        if f.held:
+            out.append(f"partition {p} holds {f.held} records")
+        elif f.boundary is not None and f.mark(old) < f.boundary:
+            seen = f.watermarks.get(old)
+            out.append(f"partition {p}: {old} at {seen if seen is not None else 'no watermark'}"
+                       f", needs {f.boundary}")
+    return out
+
+
+def _is_switch(rec: RolloutRecord, plan: CutoverPlan) -> bool:
+    return (plan.epoch > rec.base_plan.epoch and plan.transition is not None
+            and plan.transition[1] == rec.spec.new)
+
+
+def _foreign_plan(rec: RolloutRecord, plan: CutoverPlan | None) -> str | None:
+    """A sentence when someone else changed the route's plan under the rollout."""
+    if rec.phase is Phase.SWITCHING and plan is not None and _is_switch(rec, plan):
+        return None
+    expected = rec.switch_epoch if rec.phase is Phase.DRAINING else rec.base_plan.epoch
+    if plan is not None and plan.epoch == expected:
+        return None
+    got = f"epoch {plan.epoch} by {plan.issued_by or 'unknown'}" if plan else "no plan"
+    return (f"the route's plan changed under the rollout (expected epoch {expected}, found "
+            f"{got}); the rollout stops here and leaves both versions running: check the plan "
+            f"with `cutover plan show --route {rec.route}`")
+
+
+def _waiting_on(rec: RolloutRecord, obs: Observation) -> str:
+    if rec.phase is Phase.DRAINING:
+        holdups = obs.route.transition.describe_holdups(limit=3)
+        return f" ({holdups})" if holdups else ""
+    if rec.phase is Phase.CATCHING_UP:
+        lag = catch_up_lag(obs.route, rec.spec.old, rec.spec.new, rec.spec.catch_up_lag_ms)
+        return f" ({lag})" if lag else ""
+    return ""
+
+
+def _describe_owed(owed: Mapping[int, int], route: RouteFacts, new: str) -> str:
+    parts = []
+    for p, b in list(owed.items())[:3]:
+        wm = route.partitions[p].watermarks.get(new)
+        parts.append(f"partition {p}: watermark {at(wm)}, needs {at(b)}")
+    return "; ".join(parts) + (f"; and {len(owed) - 3} more" if len(owed) > 3 else "")
+
+
+# -- record helpers -----------------------------------------------------------------------------
+
+
+def _with(rec: RolloutRecord, **changes: Any) -> RolloutRecord:
+    return rec.model_copy(update=changes)
+
+
+def _rb(rb: RollbackState, **changes: Any) -> RollbackState:
+    return rb.model_copy(update=changes)
+
+
+def _enter(rec: RolloutRecord, phase: Phase, now: datetime, note: str,
+           *actions: Action) -> Step:
+    spans = list(rec.phases)
+    if spans and spans[-1].ended_at is None:
+        spans[-1] = spans[-1].model_copy(update={"ended_at": now})
+    if not phase.terminal:
+        spans.append(PhaseSpan(phase=phase, started_at=now))
+    return Step(_with(rec, phase=phase, phases=tuple(spans), note=note), actions)
+
+
+def _finish(rec: RolloutRecord, phase: Phase, now: datetime, outcome: str,
+            *actions: Action) -> Step:
+    done = _enter(rec, phase, now, outcome, *actions)
+    return Step(_with(done.record, outcome=outcome), done.actions)
+
+
+def _rollback(rec: RolloutRecord, now: datetime, trigger: Trigger, reason: str) -> Step:
+    rb = RollbackState(trigger=trigger, reason=reason, started_at=now)
+    return _enter(_with(rec, rollback=rb), Phase.ROLLING_BACK, now, reason)
+
+
+# -- sentences ----------------------------------------------------------------------------------
+
+
+def _dur(ms: int | float) -> str:
+    s = int(ms / 1000)
+    if s < 120:
+        return f"{s}s" if s >= 1 or ms == 0 else f"{int(ms)}ms"
+    return f"{s // 60}m{s % 60:02d}s" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def at(ms: int | None) -> str:
+    """An event time as an operator reads it (UTC, to the millisecond)."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _partitions_from(bounds: Mapping[int, int]) -> str:
+    return ", ".join(f"partition {p} from {at(b)}" for p, b in bounds.items())
+
+
+def _elapsed(rec: RolloutRecord, now: datetime) -> str:
+    return _dur((now - rec.started_at).total_seconds() * 1000)
+
+
+def _done(rec: RolloutRecord, obs: Observation) -> str:
+    s = rec.spec
+    pins = {p: f.boundary for p, f in obs.route.partitions.items()
+            if f.boundary is not None and f.boundary != rec.switch_boundary}
+    where = f" (pinned: {_partitions_from(pins)})" if pins else ""
+    return (f"rollout of route {rec.route} to {s.new} done in {_elapsed(rec, obs.now)}: {s.new} "
+            f"is primary from event time {at(rec.switch_boundary)}{where}, {s.old} was stopped at "
+            f"CLEAR_TO_TEARDOWN; consumers saw {s.old}'s records below the boundary and "
+            f"{s.new}'s from it, each exactly once")
+
+
+def _rolled_back(rec: RolloutRecord, route: RouteFacts) -> str:
+    s, rb = rec.spec, rec.rollback
+    assert rb is not None
+    head = f"rollout of route {rec.route} to {s.new} rolled back: {rb.reason}. "
+    kept = {p: f.boundary for p, f in sorted(route.partitions.items())
+            if rec.switch_epoch is not None and f.pinned and f.boundary is not None}
+    if rec.switch_epoch is None:
+        return head + (f"Nothing was switched: consumers saw only {s.old}'s records, each once; "
+                       f"{s.new} was stopped")
+    if not kept:
+        return head + (f"{s.old} is primary again for every event time (the router had "
+                       f"forwarded nothing of {s.new}'s yet): consumers saw only {s.old}'s "
+                       f"records, each once; {s.new} was stopped")
+    return head + (f"{s.old} is primary again ({_partitions_from(kept)}); before that {s.new} "
+                   f"kept the event times from {at(rec.switch_boundary)} that the router had "
+                   f"already given it, and emitted all of them: consumers saw every record "
+                   f"once, {s.old}'s below {at(rec.switch_boundary)}, {s.new}'s up to the "
+                   f"rollback boundary, {s.old}'s from it; {s.new} was stopped")
+
+
+def _gap(rec: RolloutRecord, owed: Mapping[int, int], route: RouteFacts) -> str:
+    s, rb = rec.spec, rec.rollback
+    assert rb is not None
+    ranges = "; ".join(f"partition {p}: [{at(route.partitions[p].watermarks.get(s.new))}, "
+                       f"{at(b)})" for p, b in owed.items())
+    return (f"rollout of route {rec.route} to {s.new} could not be rolled back cleanly: "
+            f"{rb.reason}. The router had already given {s.new} the event times from "
+            f"{at(rec.switch_boundary)} up to the rollback boundary, and {s.new} (restarted "
+            f"{rb.restarts} times) never emitted all of them within "
+            f"{_dur(s.rollback_timeout_ms)}: consumers miss {s.new}'s records of event times "
+            f"{ranges}, and with ordered handover {s.old}'s records from the boundary on wait "
+            f"behind them. Start {s.new} again (it resumes from its checkpoint) to deliver "
+            f"them; {s.new} was stopped")
+
+
+def _rollback_unapplied(rec: RolloutRecord, behind: list[int]) -> str:
+    return (f"rollout of route {rec.route} to {rec.spec.new} could not be rolled back: "
+            f"{rec.rollback.reason if rec.rollback else ''}; partitions {behind} did not apply "
+            f"the rollback plan within {_dur(rec.spec.rollback_timeout_ms)}: is a router "
+            f"running for every partition? Both versions were left running")
+
+
+def _old_not_passing(rec: RolloutRecord, unsteady: list[str]) -> str:
+    s = rec.spec
+    return (f"rollout of route {rec.route} to {s.new} was rolled back but {s.old} did not pass "
+            f"the rollback boundary within {_dur(s.rollback_timeout_ms)} "
+            f"({'; '.join(unsteady[:3])}): is {s.old} running? Nothing was lost: the router "
+            f"holds back and delivers {s.old}'s records once it progresses; {s.new} was stopped")
+
+
+def _stop_old_failed(rec: RolloutRecord, code: int) -> str:
+    s = rec.spec
+    return (f"rollout of route {rec.route} to {s.new}: {s.new} is primary and it was clear to "
+            f"tear {s.old} down, but the stop command exited with code {code} (see "
+            f"{s.log_dir}); {s.old} may still run, harmlessly (its records are suppressed): "
+            "stop it by hand")
+
+
+def _soak_failed(rec: RolloutRecord, obs: Observation) -> str:
+    s = rec.spec
+    code = f" with code {obs.new.exit_code}" if obs.new.exit_code is not None else ""
+    return (f"rollout of route {rec.route} to {s.new}: {s.new} exited{code} during the soak, "
+            f"after {s.old} was stopped; consumers have every record up to {s.new}'s last "
+            f"watermark and nothing after it until {s.new} runs again: restart it (it resumes "
+            f"from its checkpoint), or start {s.old} and `cutover rollout --to {s.old}`")

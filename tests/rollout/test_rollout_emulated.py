@@ -1,0 +1,172 @@
+"""``cutover rollout`` on the real broker with a real router worker and emulated tagged jobs
+(processes that write what the tagger writes): the whole command, its journal, its rollback,
+``--resume`` after ``kill -9`` and ``--abort``, each checked against the whole output topic.
+
+The jobs emulate a stateless job on a clock (tests/rollout/emulated_job.py), so each test takes
+seconds of job time; the same flows with real PySpark are in tests/spark/test_rollout_spark.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cutover.rollout.journal import Phase, Trigger
+from tests.integration.harness import Env, run_cli_json
+from tests.rollout.rollout_harness import RolloutRoute, check_output, rolled_back_timeline
+
+pytestmark = pytest.mark.broker
+
+COUNT = 3000        # 30 s of events at 100/s
+
+
+@pytest.fixture
+def route(bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest
+          ) -> Iterator[RolloutRoute]:
+    count = getattr(request, "param", COUNT)
+    r = RolloutRoute(Env(bootstrap, tmp_path, partitions=2), count=count)
+    r.start_router()
+    r.start_blue()
+    r.env.wait_horizon(0, versions=("blue",))
+    try:
+        yield r
+    finally:
+        r.stop_all()
+
+
+def rollout_args(r: RolloutRoute, *extra: str, green: tuple[str, ...] = (),
+                 margin: str = "2s", deadline: str = "60s") -> list[str]:
+    return ["--to", "green", "--start", r.job_command("green", *green),
+            "--stop-old", r.stop_blue_command(), "--catch-up-lag", "2s",
+            "--margin", margin, "--deadline", deadline, "--soak", "2s", *extra]
+
+
+@pytest.mark.slow   # the same path with real PySpark runs in the default suite
+def test_rollout_switches_tears_down_and_is_done_with_every_record_once(
+        route: RolloutRoute) -> None:
+    run = route.rollout(*rollout_args(route))
+    assert route.wait_exit(run, 120) == 0, run.tail(40)
+    text = run.text()
+    for phase in ("STARTING_NEW", "CATCHING_UP", "SWITCHING", "DRAINING", "TEARING_DOWN",
+                  "SOAKING"):
+        assert f"] {phase} started" in text and f"] {phase} ended after" in text, text
+    assert "done in" in text and "Traceback" not in text
+    final = route.journal()[-1]
+    assert final.phase is Phase.DONE and final.owner is not None
+    assert [s.phase for s in final.phases] == [Phase.STARTING_NEW, Phase.CATCHING_UP,
+                                               Phase.SWITCHING, Phase.DRAINING,
+                                               Phase.TEARING_DOWN, Phase.SOAKING]
+    assert final.switch_boundary is not None
+    boundary = final.switch_boundary
+    versions = check_output(route, lambda p, t: "green" if t >= boundary else "blue")
+    assert versions["blue"] > 0 and versions["green"] > 0
+
+
+def test_a_comparison_over_the_limit_rolls_back_before_anything_is_switched(
+        route: RolloutRoute) -> None:
+    run = route.rollout(*rollout_args(route, "--compare", "--compare-for", "4s",
+                                      "--max-diff", "1%", green=("--change-every", "10")))
+    assert route.wait_exit(run, 120) == 1, run.tail(40)
+    text = run.text()
+    assert "COMPARING started" in text and "ROLLED_BACK" in text and "Traceback" not in text
+    assert "amount " in text and " -> " in text, "no sample of a difference printed"
+    final = route.journal()[-1]
+    assert final.phase is Phase.ROLLED_BACK and final.switch_epoch is None
+    assert final.rollback is not None and final.rollback.trigger is Trigger.COMPARE
+    assert final.compare is not None and not final.compare.passed
+    c = final.compare.counts
+    assert c.total > 100 and 0.05 < c.different / c.total < 0.15, c
+    assert c.only_old == c.only_new == 0, c
+    assert final.outcome is not None and "Nothing was switched" in final.outcome
+    plan = route.env.view().plan
+    assert plan is not None and plan.epoch == 1 and len(plan.segments) == 1
+    assert check_output(route, lambda p, t: "blue") == {"blue": COUNT}
+
+
+def test_cutover_compare_counts_what_differs_and_exits_by_the_limit(route: RolloutRoute) -> None:
+    green = route.start_green("--change-every", "10")
+    route.env.wait_horizon(0, versions=("blue", "green"))
+    args = ["--config", str(route.env.config), "--route", route.env.route, "--new", "green",
+            "--for", "3s"]
+    within = route.cli_child(["compare", *args, "--max-diff", "20%"], "compare-within")
+    over = route.cli_child(["compare", *args, "--max-diff", "1%"], "compare-over")
+    assert route.wait_exit(within, 60) == 0, within.text()
+    assert route.wait_exit(over, 60) == 1, over.text()
+    assert "within the limit: " in within.text() and "OVER the limit: " in over.text()
+    assert "samples:" in within.text() and "amount " in within.text()
+    green.stop()
+
+
+@pytest.mark.parametrize("route", [6000], indirect=True)   # input until well after the rollback
+def test_a_new_version_that_stalls_after_the_switch_is_rolled_back_with_nothing_lost(
+        route: RolloutRoute, tmp_path: Path) -> None:
+    stall = tmp_path / "stall-green"
+    run = route.rollout(*rollout_args(route, margin="8s", deadline="25s",
+                                      green=("--stall-file", str(stall))))
+    route.wait_phase(Phase.DRAINING, 60, watch=run)
+    stall.touch()   # green hangs at its next batch, right after the switch
+    assert route.wait_exit(run, 180) == 1, run.tail(40)
+    text = run.text()
+    assert "ROLLING_BACK started" in text and "Traceback" not in text
+    assert "restarting green to emit the records the router gave it" in text
+    final = route.journal()[-1]
+    assert final.phase is Phase.ROLLED_BACK, final.outcome
+    assert final.rollback is not None and final.rollback.trigger in (Trigger.DEADLINE,
+                                                                    Trigger.STALLED)
+    assert final.rollback.restarts == 1 and final.rollback.new_stopped
+    assert final.outcome is not None and "consumers saw every record once" in final.outcome
+    view = route.env.view()
+    pins = {p: ps.boundary for p, (ps, *_) in view.partitions.items() if ps.pinned}
+    boundary = final.switch_boundary
+    assert boundary is not None and len(pins) == route.env.partitions, "green owed nothing"
+    assert all(b is not None and b > boundary for b in pins.values())
+    versions = check_output(route, rolled_back_timeline(route, final))
+    assert versions["green"] > 0 and versions["blue"] > 0
+
+
+@pytest.mark.parametrize("route", [6000], indirect=True)   # input past a slow DRAINING
+def test_a_rollout_killed_in_draining_is_resumed_and_finishes(route: RolloutRoute) -> None:
+    run = route.rollout(*rollout_args(route, margin="10s"))
+    route.wait_phase(Phase.DRAINING, 60, watch=run)
+    run.kill()   # kill -9: the rollout's own process group; green runs in its own session
+    status = run_cli_json(route.env)["rollout"]
+    assert status["phase"] == "DRAINING" and status["owner"]["pid"] == run.proc.pid
+    resumed = route.rollout("--resume", name="resume")
+    assert route.wait_exit(resumed, 120) == 0, resumed.tail(40)
+    assert "DRAINING resumed" in resumed.text()
+    records = route.journal()
+    final = records[-1]
+    assert final.phase is Phase.DONE and final.claim == 2
+    assert [s.phase for s in final.phases][-3:] == [Phase.DRAINING, Phase.TEARING_DOWN,
+                                                    Phase.SOAKING]
+    assert sum(1 for r in records if r.new_process is not None
+               and r.new_process != final.new_process) == 0, "green was started twice"
+    boundary = final.switch_boundary
+    assert boundary is not None
+    check_output(route, lambda p, t: "green" if t >= boundary else "blue")
+
+
+@pytest.mark.parametrize("route", [6000], indirect=True)
+def test_abort_asks_the_running_rollout_to_roll_back(route: RolloutRoute) -> None:
+    run = route.rollout(*rollout_args(route, margin="30s"))   # DRAINING outlasts the checks
+    route.wait_phase(Phase.DRAINING, 60, watch=run)
+    second = route.rollout(*rollout_args(route), name="second")
+    assert route.wait_exit(second, 60) == 2
+    assert "has a rollout to green in phase DRAINING" in second.text(), second.text()
+    resume = route.rollout("--resume", name="resume")
+    assert route.wait_exit(resume, 60) == 2
+    assert "is still driven by pid" in resume.text(), resume.text()
+    abort = route.rollout("--abort", name="abort")
+    assert route.wait_exit(abort, 90) == 1, abort.tail(40)
+    assert route.wait_exit(run, 30) == 1, run.tail(40)
+    assert "asked the running rollout" in abort.text()
+    final = route.journal()[-1]
+    assert final.phase is Phase.ROLLED_BACK and final.claim == 1
+    assert final.rollback is not None and final.rollback.trigger is Trigger.ABORT
+    plan = route.env.view().plan
+    assert plan is not None and plan.epoch == 3 and [s.primary for s in plan.segments] == [
+        "blue"]
+    # what the router had given green before the abort, if anything, green delivered
+    check_output(route, rolled_back_timeline(route, final))

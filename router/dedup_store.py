@@ -44,7 +44,7 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, Wri
 
 from cutover.settings import DedupSettings
 from router.dedup_filter import (
-    _MASK_SHIFT,
+    MASK_SHIFT,
     MASKS,
     Bucket,
     mark,
@@ -230,7 +230,7 @@ class DedupStore:
             return True
         h = _from_bytes(identity, "little")
         i = h & self._imask
-        m = MASKS[h >> _MASK_SHIFT]
+        m = MASKS[h >> MASK_SHIFT]
         for words in self._live:
             if words[i] & m == m:
                 return self._confirm(identity, i, m)

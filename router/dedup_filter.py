@@ -33,7 +33,7 @@ BITS_PER_IDENTITY = 4
 MAX_LIVE_BUCKETS = 4
 SPANS_PER_RETENTION = 2
 _MASK_INDEX_BITS = 12
-_MASK_SHIFT = 128 - _MASK_INDEX_BITS  # identities are 16 bytes, read as one 128-bit integer
+MASK_SHIFT = 128 - _MASK_INDEX_BITS  # identities are 16 bytes, read as one 128-bit integer
 
 
 def _masks() -> list[int]:
@@ -51,7 +51,7 @@ def _masks() -> list[int]:
 
 MASKS: list[int] = _masks()
 _MASKS_NP = np.array(MASKS, dtype=np.uint64)
-_HIGH_SHIFT = np.uint64(_MASK_SHIFT - 64)
+_HIGH_SHIFT = np.uint64(MASK_SHIFT - 64)
 
 
 def words_per_bucket(filter_bytes: int) -> int:

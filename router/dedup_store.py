@@ -45,7 +45,7 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, Wri
 
 from cutover.settings import DedupSettings
 from router.dedup_filter import (
-    _MASK_SHIFT,
+    MASK_SHIFT,
     MASKS,
     Bucket,
     mark,
@@ -86,8 +86,11 @@ def _options(settings: DedupSettings) -> Options:
     opts.set_max_background_jobs(2)
     table = BlockBasedOptions()
     table.set_block_cache(Cache(settings.block_cache_bytes))
-    table.set_bloom_filter(10, False)
-    # Index and filter blocks live in the block cache, so they are bounded by it too.
+    # No RocksDB Bloom filter: the front filter already keeps new identities from reading,
+    # and a whole-file filter block (1.2 MB per million keys) evicted from a small cache was
+    # read back for every lookup that got through (measured at 1M keys, 8 MiB cache, under
+    # load: 906 us per lookup of a present key with it, 119 us without).
+    # Index blocks live in the block cache, so they are bounded by it too.
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     opts.set_block_based_table_factory(table)
@@ -229,7 +232,7 @@ class DedupStore:
             return True
         h = _from_bytes(identity, "little")
         i = h & self._imask
-        m = MASKS[h >> _MASK_SHIFT]
+        m = MASKS[h >> MASK_SHIFT]
         for words in self._live:
             if words[i] & m == m:
                 return self._confirm(identity, i, m)

@@ -31,6 +31,7 @@ from cutover.cli.rollout_procs import host, pid_alive
 from cutover.cli.rollout_view import make_view
 from cutover.cli.times import parse_duration_ms
 from cutover.plan import utcnow
+from cutover.rollout.events import AbortRequested, Event
 from cutover.rollout.journal import (
     LEASE,
     Owner,
@@ -40,7 +41,6 @@ from cutover.rollout.journal import (
     RolloutSpec,
     owner_alive,
 )
-from cutover.rollout.machine import AbortRequested, Event
 from cutover.settings import RouterSettings, SettingsError, load_settings
 from cutover.status import TransitionState
 from router.operator import RouteView, StateReader, Target

@@ -23,8 +23,7 @@ from typing import Any
 from cutover.cli.rollout_procs import Commands
 from cutover.cli.rollout_view import LiveView
 from cutover.plan import CutoverPlan, PlanRejected, utcnow
-from cutover.rollout.journal import CompareSummary, Owner, RolloutRecord
-from cutover.rollout.machine import (
+from cutover.rollout.events import (
     AbortRequested,
     Action,
     CompareDone,
@@ -49,8 +48,9 @@ from cutover.rollout.machine import (
     SwitchPublished,
     SwitchRefused,
     Tick,
-    step,
 )
+from cutover.rollout.journal import CompareSummary, Owner, RolloutRecord
+from cutover.rollout.machine import step
 from cutover.rollout.metrics import prometheus
 from cutover.settings import RouterSettings
 from router.compare_reader import CompareStopped, compare_route

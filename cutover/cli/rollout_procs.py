@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from cutover.plan import utcnow
+from cutover.rollout.events import NewProcess, ProcState
 from cutover.rollout.journal import ProcessRef
-from cutover.rollout.machine import NewProcess, ProcState
 
 STOP_GRACE_S = 30.0         # SIGTERM to SIGKILL
 COMMAND_TIMEOUT_S = 300.0   # a stop command that takes longer is ended (exit code 124)

@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cutover.rollout.events import Observation
 from cutover.rollout.journal import RolloutRecord
-from cutover.rollout.machine import Observation
 
 PROGRESS_EVERY_S = 15.0
 

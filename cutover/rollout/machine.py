@@ -26,194 +26,54 @@ event times consumers miss.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from cutover.plan import CutoverPlan, Segment
-from cutover.rollout.journal import (
-    CompareSummary,
-    Phase,
-    PhaseSpan,
-    ProcessRef,
-    RollbackState,
-    RolloutRecord,
-    Trigger,
+from cutover.plan import CutoverPlan
+from cutover.rollout.events import (
+    NO_WATERMARK,
+    AbortRequested,
+    Action,
+    CompareDone,
+    CompareFailed,
+    Event,
+    NewRestarted,
+    NewStarted,
+    NewStopped,
+    Observation,
+    OldStopped,
+    ProcState,
+    PublishRollback,
+    PublishSwitch,
+    RestartNew,
+    RollbackPublished,
+    RouteFacts,
+    StartCompare,
+    StartFailed,
+    StartNew,
+    Step,
+    StopNew,
+    StopOld,
+    SwitchPublished,
+    SwitchRefused,
+    Tick,
 )
-from cutover.status import Transition, TransitionState
+from cutover.rollout.journal import Phase, PhaseSpan, RollbackState, RolloutRecord, Trigger
+from cutover.rollout.sentences import (
+    at,
+    dur,
+    gap,
+    old_not_passing,
+    rollback_unapplied,
+    rolled_back,
+    soak_failed,
+    stop_old_failed,
+    succeeded,
+)
+from cutover.status import TransitionState
 
-NO_WATERMARK = -(1 << 63)
 MAX_RESTARTS = 2                          # restarts of a stuck new version during a rollback
 NO_PROGRESS = timedelta(seconds=60)       # a new version this long without progress is stuck
-
-
-# -- what the driver observes -------------------------------------------------------------------
-
-
-class ProcState(StrEnum):
-    ALIVE = "alive"
-    GONE = "gone"
-    UNKNOWN = "unknown"   # started on another host: only the route tells
-
-
-class NewProcess(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    state: ProcState
-    exit_code: int | None = None
-
-
-class PartitionFacts(BaseModel):
-    """One partition as the router's status reports it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epoch: int | None = None
-    boundary: int | None = None
-    horizon: int | None = None
-    watermarks: dict[str, int] = {}
-    pinned: tuple[int, ...] = ()
-    held: int = 0
-
-    def mark(self, version: str) -> int:
-        return self.watermarks.get(version, NO_WATERMARK)
-
-
-class RouteFacts(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    plan: CutoverPlan | None
-    num_partitions: int
-    partitions: dict[int, PartitionFacts]
-    transition: Transition
-
-
-class Observation(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    now: datetime
-    new: NewProcess
-    route: RouteFacts
-    compare_running: bool = False
-
-
-# -- events -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tick:
-    obs: Observation
-
-
-@dataclass(frozen=True)
-class NewStarted:
-    ref: ProcessRef
-
-
-@dataclass(frozen=True)
-class StartFailed:
-    reason: str
-
-
-@dataclass(frozen=True)
-class CompareDone:
-    summary: CompareSummary
-
-
-@dataclass(frozen=True)
-class CompareFailed:
-    reason: str
-
-
-@dataclass(frozen=True)
-class SwitchPublished:
-    epoch: int
-    boundary: int
-
-
-@dataclass(frozen=True)
-class SwitchRefused:
-    reason: str
-
-
-@dataclass(frozen=True)
-class OldStopped:
-    exit_code: int
-
-
-@dataclass(frozen=True)
-class RollbackPublished:
-    epoch: int
-
-
-@dataclass(frozen=True)
-class NewStopped:
-    pass
-
-
-@dataclass(frozen=True)
-class NewRestarted:
-    ref: ProcessRef
-
-
-@dataclass(frozen=True)
-class AbortRequested:
-    by: str
-
-
-Event = (Tick | NewStarted | StartFailed | CompareDone | CompareFailed | SwitchPublished
-         | SwitchRefused | OldStopped | RollbackPublished | NewStopped | NewRestarted
-         | AbortRequested)
-
-
-# -- actions ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StartNew:
-    pass
-
-
-@dataclass(frozen=True)
-class RestartNew:
-    pass
-
-
-@dataclass(frozen=True)
-class StopNew:
-    pass
-
-
-@dataclass(frozen=True)
-class StartCompare:
-    pass
-
-
-@dataclass(frozen=True)
-class PublishSwitch:
-    deadline: datetime
-
-
-@dataclass(frozen=True)
-class PublishRollback:
-    segments: tuple[Segment, ...]
-
-
-@dataclass(frozen=True)
-class StopOld:
-    pass
-
-
-Action = StartNew | RestartNew | StopNew | StartCompare | PublishSwitch | PublishRollback | StopOld
-
-
-@dataclass(frozen=True)
-class Step:
-    record: RolloutRecord
-    actions: tuple[Action, ...] = ()
 
 
 # -- the machine --------------------------------------------------------------------------------
@@ -255,7 +115,7 @@ def step(rec: RolloutRecord, event: Event, now: datetime) -> Step:
     if isinstance(event, OldStopped) and phase is Phase.TEARING_DOWN:
         if event.exit_code == 0:
             return _enter(rec, Phase.SOAKING, now, f"{rec.spec.old} stopped")
-        return _finish(rec, Phase.FAILED, now, _stop_old_failed(rec, event.exit_code))
+        return _finish(rec, Phase.FAILED, now, stop_old_failed(rec, event.exit_code))
     rb = rec.rollback
     if phase is Phase.ROLLING_BACK and rb is not None:
         if isinstance(event, RollbackPublished):
@@ -280,7 +140,7 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
             return _finish(rec, Phase.FAILED, now, foreign)
         if now >= rec.deadline_at:
             return _rollback(rec, now, Trigger.DEADLINE,
-                             f"the deadline ({_dur(spec.deadline_ms)}) passed in {phase.value}"
+                             f"the deadline ({dur(spec.deadline_ms)}) passed in {phase.value}"
                              f"{_waiting_on(rec, obs)}")
         if rec.new_process is not None and obs.new.state is ProcState.GONE:
             code = f" with code {obs.new.exit_code}" if obs.new.exit_code is not None else ""
@@ -294,7 +154,7 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
         lagging = catch_up_lag(obs.route, spec.old, spec.new, spec.catch_up_lag_ms)
         if lagging:
             return Step(_with(rec, note=lagging))
-        done = (f"{spec.new} within {_dur(spec.catch_up_lag_ms)} of {spec.old} on all "
+        done = (f"{spec.new} within {dur(spec.catch_up_lag_ms)} of {spec.old} on all "
                 f"{obs.route.num_partitions} partitions")
         if spec.compare:
             return _enter(rec, Phase.COMPARING, now, done, StartCompare())
@@ -324,9 +184,9 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
         return Step(rec, (StopOld(),))   # resumed: the stop command runs again
     if phase is Phase.SOAKING:
         if rec.new_process is not None and obs.new.state is ProcState.GONE:
-            return _finish(rec, Phase.FAILED, now, _soak_failed(rec, obs))
+            return _finish(rec, Phase.FAILED, now, soak_failed(rec, obs))
         if now >= rec.phase_started() + timedelta(milliseconds=spec.soak_ms):
-            return _finish(rec, Phase.DONE, now, _done(rec, obs))
+            return _finish(rec, Phase.DONE, now, succeeded(rec, obs))
         return Step(rec)
     return _rollback_tick(rec, obs)
 
@@ -353,7 +213,7 @@ def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
                   or (route.partitions[p].epoch or 0) < rb.epoch]
         if behind:
             if timed_out:
-                return _finish(rec, Phase.FAILED, now, _rollback_unapplied(rec, behind))
+                return _finish(rec, Phase.FAILED, now, rollback_unapplied(rec, behind))
             return Step(_with(rec, note=f"waiting for partitions {behind} to apply the "
                                         f"rollback plan (epoch {rb.epoch})"))
     owed = owed_ranges(route, spec.new) if switched else {}
@@ -366,7 +226,7 @@ def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
         rec = _with(rec, rollback=rb, note=f"waiting for {spec.new} to emit the records the "
                                            f"router gave it: {owes}")
         if timed_out:
-            return _finish(rec, Phase.FAILED, now, _gap(rec, owed, route), StopNew())
+            return _finish(rec, Phase.FAILED, now, gap(rec, owed, route), StopNew())
         assert rb.progress_at is not None
         stuck = (obs.new.state is ProcState.GONE
                  or (obs.new.state is ProcState.ALIVE
@@ -379,9 +239,9 @@ def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
         return Step(_with(rec, note=f"stopping {spec.new}"), (StopNew(),))
     unsteady = _unsteady(route, spec.old) if switched else []
     if not unsteady:
-        return _finish(rec, Phase.ROLLED_BACK, now, _rolled_back(rec, route))
+        return _finish(rec, Phase.ROLLED_BACK, now, rolled_back(rec, route))
     if timed_out:
-        return _finish(rec, Phase.FAILED, now, _old_not_passing(rec, unsteady))
+        return _finish(rec, Phase.FAILED, now, old_not_passing(rec, unsteady))
     return Step(_with(rec, note=f"waiting for {spec.old} to pass the rollback boundary: "
                                 f"{'; '.join(unsteady[:3])}"))
 
@@ -404,8 +264,8 @@ def catch_up_lag(route: RouteFacts, old: str, new: str, lag_ms: int) -> str | No
             return f"partition {p}: no watermark of {new} yet"
         behind = f.watermarks[old] - f.watermarks[new]
         if behind > lag_ms:
-            return (f"partition {p}: {new} {_dur(behind)} behind {old} "
-                    f"(allowed {_dur(lag_ms)})")
+            return (f"partition {p}: {new} {dur(behind)} behind {old} "
+                    f"(allowed {dur(lag_ms)})")
     return None
 
 
@@ -495,106 +355,3 @@ def _finish(rec: RolloutRecord, phase: Phase, now: datetime, outcome: str,
 def _rollback(rec: RolloutRecord, now: datetime, trigger: Trigger, reason: str) -> Step:
     rb = RollbackState(trigger=trigger, reason=reason, started_at=now)
     return _enter(_with(rec, rollback=rb), Phase.ROLLING_BACK, now, reason)
-
-
-# -- sentences ----------------------------------------------------------------------------------
-
-
-def _dur(ms: int | float) -> str:
-    s = int(ms / 1000)
-    if s < 120:
-        return f"{s}s" if s >= 1 or ms == 0 else f"{int(ms)}ms"
-    return f"{s // 60}m{s % 60:02d}s" if s < 7200 else f"{s // 3600}h{s % 3600 // 60:02d}m"
-
-
-def at(ms: int | None) -> str:
-    """An event time as an operator reads it (UTC, to the millisecond)."""
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _partitions_from(bounds: Mapping[int, int]) -> str:
-    return ", ".join(f"partition {p} from {at(b)}" for p, b in bounds.items())
-
-
-def _elapsed(rec: RolloutRecord, now: datetime) -> str:
-    return _dur((now - rec.started_at).total_seconds() * 1000)
-
-
-def _done(rec: RolloutRecord, obs: Observation) -> str:
-    s = rec.spec
-    pins = {p: f.boundary for p, f in obs.route.partitions.items()
-            if f.boundary is not None and f.boundary != rec.switch_boundary}
-    where = f" (pinned: {_partitions_from(pins)})" if pins else ""
-    return (f"rollout of route {rec.route} to {s.new} done in {_elapsed(rec, obs.now)}: {s.new} "
-            f"is primary from event time {at(rec.switch_boundary)}{where}, {s.old} was stopped at "
-            f"CLEAR_TO_TEARDOWN; consumers saw {s.old}'s records below the boundary and "
-            f"{s.new}'s from it, each exactly once")
-
-
-def _rolled_back(rec: RolloutRecord, route: RouteFacts) -> str:
-    s, rb = rec.spec, rec.rollback
-    assert rb is not None
-    head = f"rollout of route {rec.route} to {s.new} rolled back: {rb.reason}. "
-    kept = {p: f.boundary for p, f in sorted(route.partitions.items())
-            if rec.switch_epoch is not None and f.pinned and f.boundary is not None}
-    if rec.switch_epoch is None:
-        return head + (f"Nothing was switched: consumers saw only {s.old}'s records, each once; "
-                       f"{s.new} was stopped")
-    if not kept:
-        return head + (f"{s.old} is primary again for every event time (the router had "
-                       f"forwarded nothing of {s.new}'s yet): consumers saw only {s.old}'s "
-                       f"records, each once; {s.new} was stopped")
-    return head + (f"{s.old} is primary again ({_partitions_from(kept)}); before that {s.new} "
-                   f"kept the event times from {at(rec.switch_boundary)} that the router had "
-                   f"already given it, and emitted all of them: consumers saw every record "
-                   f"once, {s.old}'s below {at(rec.switch_boundary)}, {s.new}'s up to the "
-                   f"rollback boundary, {s.old}'s from it; {s.new} was stopped")
-
-
-def _gap(rec: RolloutRecord, owed: Mapping[int, int], route: RouteFacts) -> str:
-    s, rb = rec.spec, rec.rollback
-    assert rb is not None
-    ranges = "; ".join(f"partition {p}: [{at(route.partitions[p].watermarks.get(s.new))}, "
-                       f"{at(b)})" for p, b in owed.items())
-    return (f"rollout of route {rec.route} to {s.new} could not be rolled back cleanly: "
-            f"{rb.reason}. The router had already given {s.new} the event times from "
-            f"{at(rec.switch_boundary)} up to the rollback boundary, and {s.new} (restarted "
-            f"{rb.restarts} times) never emitted all of them within "
-            f"{_dur(s.rollback_timeout_ms)}: consumers miss {s.new}'s records of event times "
-            f"{ranges}, and with ordered handover {s.old}'s records from the boundary on wait "
-            f"behind them. Start {s.new} again (it resumes from its checkpoint) to deliver "
-            f"them; {s.new} was stopped")
-
-
-def _rollback_unapplied(rec: RolloutRecord, behind: list[int]) -> str:
-    return (f"rollout of route {rec.route} to {rec.spec.new} could not be rolled back: "
-            f"{rec.rollback.reason if rec.rollback else ''}; partitions {behind} did not apply "
-            f"the rollback plan within {_dur(rec.spec.rollback_timeout_ms)}: is a router "
-            f"running for every partition? Both versions were left running")
-
-
-def _old_not_passing(rec: RolloutRecord, unsteady: list[str]) -> str:
-    s = rec.spec
-    return (f"rollout of route {rec.route} to {s.new} was rolled back but {s.old} did not pass "
-            f"the rollback boundary within {_dur(s.rollback_timeout_ms)} "
-            f"({'; '.join(unsteady[:3])}): is {s.old} running? Nothing was lost: the router "
-            f"holds back and delivers {s.old}'s records once it progresses; {s.new} was stopped")
-
-
-def _stop_old_failed(rec: RolloutRecord, code: int) -> str:
-    s = rec.spec
-    return (f"rollout of route {rec.route} to {s.new}: {s.new} is primary and it was clear to "
-            f"tear {s.old} down, but the stop command exited with code {code} (see "
-            f"{s.log_dir}); {s.old} may still run, harmlessly (its records are suppressed): "
-            "stop it by hand")
-
-
-def _soak_failed(rec: RolloutRecord, obs: Observation) -> str:
-    s = rec.spec
-    code = f" with code {obs.new.exit_code}" if obs.new.exit_code is not None else ""
-    return (f"rollout of route {rec.route} to {s.new}: {s.new} exited{code} during the soak, "
-            f"after {s.old} was stopped; consumers have every record up to {s.new}'s last "
-            f"watermark and nothing after it until {s.new} runs again: restart it (it resumes "
-            f"from its checkpoint), or start {s.old} and `cutover rollout --to {s.old}`")

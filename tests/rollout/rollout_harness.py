@@ -27,7 +27,7 @@ class RolloutRoute:
 
     env: Env
     count: int                   # events each version emits in all
-    rate: float = 100.0
+    rate: float = 200.0   # event time runs at twice the wall clock
     origin: int = field(default_factory=lambda: int(time.time() * 1000))
     children: list[Child] = field(default_factory=list)
     blue: Child | None = None

@@ -9,6 +9,13 @@ from rule_support import make_plan
 
 from cutover.plan import CutoverPlan
 from cutover.readiness import PartitionProgress, readiness
+from cutover.rollout.events import (
+    NewProcess,
+    Observation,
+    PartitionFacts,
+    ProcState,
+    RouteFacts,
+)
 from cutover.rollout.journal import (
     Owner,
     Phase,
@@ -16,13 +23,6 @@ from cutover.rollout.journal import (
     ProcessRef,
     RolloutRecord,
     RolloutSpec,
-)
-from cutover.rollout.machine import (
-    NewProcess,
-    Observation,
-    PartitionFacts,
-    ProcState,
-    RouteFacts,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

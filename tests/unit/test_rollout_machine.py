@@ -23,16 +23,7 @@ from rollout_support import (
 )
 from rule_support import make_plan
 
-from cutover.rollout.journal import (
-    CompareCounts,
-    CompareSummary,
-    Phase,
-    RollbackState,
-    RolloutRecord,
-    Trigger,
-)
-from cutover.rollout.machine import (
-    MAX_RESTARTS,
+from cutover.rollout.events import (
     AbortRequested,
     CompareDone,
     CompareFailed,
@@ -55,8 +46,16 @@ from cutover.rollout.machine import (
     SwitchPublished,
     SwitchRefused,
     Tick,
-    step,
 )
+from cutover.rollout.journal import (
+    CompareCounts,
+    CompareSummary,
+    Phase,
+    RollbackState,
+    RolloutRecord,
+    Trigger,
+)
+from cutover.rollout.machine import MAX_RESTARTS, step
 
 NOW = T0 + timedelta(seconds=10)
 CAUGHT_UP = (part(40_000, 35_000), part(41_000, 39_000))

@@ -65,7 +65,9 @@ def parse_fraction(text: str) -> float:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("rollout", help="the whole blue/green deploy of a route, with rollback",
-                       description=__doc__.split("\n\n")[0])
+                       description="Deploy a new version of a route's job: start it, wait for "
+                                   "it to catch up, compare (--compare), switch, drain, stop the "
+                                   "old version, soak; or roll back. See the README's runbook.")
     cluster_args(p)
     p.add_argument("--route", required=True)
     p.add_argument("--to", help="the new version (its bg.version)")

@@ -10,9 +10,11 @@ checkpoint file (the next event and batch) is written after each batch is acknow
 kill replays the last batch, byte for byte, as Spark does.
 
     python tests/rollout/emulated_job.py --bootstrap H:P --topic t.raw --partitions 2 \\
-        --version green --origin 1767225600000 --count 4000 --checkpoint /tmp/ck-green
+        --version green --origin 1767225600000 --close-file /tmp/close --checkpoint /tmp/ck
 
-``--change-every N`` changes the value of every Nth event (a version whose logic differs);
+``--close-file F``: once F holds a number, the input ends there (the test closes the input
+when it has seen what it waited for). ``--change-every N`` changes the value of every Nth
+event (a version whose logic differs);
 ``--stall-file F`` makes the job hang, once, when F appears (it claims F by renaming it), as a
 job stuck on an external call; ``--exit-after-batches N`` makes it exit after N batches.
 """
@@ -59,7 +61,8 @@ def main() -> int:
     p.add_argument("--version", required=True)
     p.add_argument("--origin", type=int, required=True, help="wall clock of event 0, epoch ms")
     p.add_argument("--rate", type=float, default=100.0, help="events per second")
-    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--count", type=int, default=10**9)
+    p.add_argument("--close-file")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--interval", type=float, default=0.3)
     p.add_argument("--max-batch", type=int, default=2000)
@@ -74,6 +77,10 @@ def main() -> int:
     done_batches = 0
     print(f"{a.version}: starting at event {nxt}, batch {batch}", flush=True)
     while True:
+        if a.close_file and os.path.exists(a.close_file):
+            text = Path(a.close_file).read_text().strip()
+            if text:
+                a.count = min(a.count, int(text))
         if a.stall_file and os.path.exists(a.stall_file):
             try:
                 os.rename(a.stall_file, a.stall_file + ".taken")

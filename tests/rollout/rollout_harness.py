@@ -26,8 +26,8 @@ class RolloutRoute:
     """A route with a router worker and blue running, ready for ``cutover rollout``."""
 
     env: Env
-    count: int                   # events each version emits in all
-    rate: float = 200.0   # event time runs at twice the wall clock
+    rate: float = 200.0          # events per second: event time runs at twice the wall clock
+    count: int | None = None     # events each version emits in all, once the input is closed
     origin: int = field(default_factory=lambda: int(time.time() * 1000))
     children: list[Child] = field(default_factory=list)
     blue: Child | None = None
@@ -41,10 +41,22 @@ class RolloutRoute:
         e = self.env
         argv = [sys.executable, str(JOB), "--bootstrap", e.bootstrap, "--topic",
                 e.topic_for(version), "--partitions", str(e.partitions), "--version", version,
-                "--origin", str(self.origin), "--rate", str(self.rate), "--count",
-                str(self.count), "--checkpoint", str(self.tmp / f"{e.name}-ck-{version}"),
+                "--origin", str(self.origin), "--rate", str(self.rate), "--close-file",
+                str(self.close_file), "--checkpoint", str(self.tmp / f"{e.name}-ck-{version}"),
                 *extra]
         return " ".join(_quote(a) for a in argv)
+
+    @property
+    def close_file(self) -> Path:
+        return self.tmp / f"{self.env.name}-close"
+
+    def close_input(self, after_s: float = 2.0) -> int:
+        """End the input ``after_s`` seconds of events from now (every version stops there
+        and closes its watermark); the number of events."""
+        now = int((time.time() * 1000 - self.origin) / 1000 * self.rate)
+        self.count = now + int(after_s * self.rate)
+        self.close_file.write_text(str(self.count))
+        return self.count
 
     def start_router(self) -> RouterProcess:
         router = RouterProcess(self.env)
@@ -136,11 +148,11 @@ def rolled_back_timeline(route: RolloutRoute, rec: RolloutRecord) -> Callable[[i
 
 
 def check_output(route: RolloutRoute, primary: Callable[[int, int], str]) -> Counter[str]:
-    """Every event, exactly once, on its partition, from ``primary(partition, event time)``;
-    returns the records per version."""
+    """Close the input, then: every event, exactly once, on its partition, from
+    ``primary(partition, event time)``; returns the records per version."""
     env = route.env
-    env.wait_for(f"{route.count} output records",
-                 lambda: env.output_count() >= route.count, 120, 0.5)
+    count = route.close_input()
+    env.wait_for(f"{count} output records", lambda: env.output_count() >= count, 120, 0.5)
     time.sleep(1.5)   # anything extra (a duplicate) would show up now
     seen: Counter[int] = Counter()
     wrong: list[str] = []
@@ -156,7 +168,7 @@ def check_output(route: RolloutRoute, primary: Callable[[int, int], str]) -> Cou
         elif version != primary(m.partition(), t):
             wrong.append(f"event {i} (p{m.partition()}, t={t}) from {version}, expected "
                          f"{primary(m.partition(), t)}")
-    lost = [i for i in range(route.count) if seen[i] == 0]
+    lost = [i for i in range(count) if seen[i] == 0]
     dups = [(i, n) for i, n in seen.items() if n > 1]
     assert not lost, f"{len(lost)} events lost, e.g. {lost[:5]}"
     assert not dups, f"{len(dups)} events duplicated, e.g. {dups[:5]}"

@@ -73,7 +73,7 @@ def test_a_green_that_stalls_after_the_switch_is_rolled_back_at_the_deadline(
         route: SparkRoute, tmp_path: Path) -> None:
     stall = tmp_path / "stall"
     green = route.green_command("windowed_totals_stuck.py", "--stall-file", str(stall))
-    run = route.rollout(*rollout_args(route, green=green, margin="40s", deadline="6m"))
+    run = route.rollout(*rollout_args(route, green=green, margin="40s", deadline="8m"))
     route.wait_phase(Phase.DRAINING, 360, watch=run)
     stall.touch()
     assert route.wait_exit(run, 600) == 1, run.tail(40)

@@ -117,3 +117,20 @@ def test_every_metric_the_dashboard_draws_is_exported() -> None:
     assert used and used <= exported_names(), used - exported_names()
     assert any(p["type"] == "state-timeline" and "cutover_rollout_phase" in p["targets"][0]["expr"]
                for p in dash["panels"])
+
+
+def test_a_run_is_superseded_by_a_later_claim_or_another_owner_of_its_claim() -> None:
+    from router.rollout_journal import superseded
+
+    mine = record(Phase.DRAINING, claim=2, owner=Owner(token="me", host="h", pid=1))
+    heartbeat = mine.model_copy(update={"note": "beat"})
+    abort_request = mine.model_copy(update={"abort_requested": "ops"})
+    assert superseded(mine, [heartbeat, abort_request]) is None
+    earlier = mine.model_copy(update={"claim": 1, "owner": Owner(token="x", host="h", pid=2)})
+    assert superseded(mine, [earlier]) is None
+    rival = mine.model_copy(update={"owner": Owner(token="them", host="h2", pid=3)})
+    assert superseded(mine, [heartbeat, rival]) == rival
+    taker = mine.model_copy(update={"claim": 3, "owner": Owner(token="them", host="h", pid=4)})
+    assert superseded(mine, [taker]) == taker
+    let_go = mine.model_copy(update={"owner": None})
+    assert superseded(mine, [let_go]) is None

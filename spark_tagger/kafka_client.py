@@ -24,6 +24,12 @@ from confluent_kafka import (
 
 T = TypeVar("T")
 
+# librdkafka needs a group.id on every consumer and looks up that group's coordinator even when
+# the consumer only assigns partitions and never commits (the source's readers and probes). A
+# principal granted its topics but no group (least privilege, as Spark's JVM consumer needs no
+# group right for assigned reads) gets this as an error event; it says nothing about the reads.
+GROUP_ONLY_ERRORS = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED})
+
 _lock = threading.Lock()
 _consumers: dict[str, Consumer] = {}
 _producers: dict[str, Producer] = {}

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_tagger.kafka_client import (
+    GROUP_ONLY_ERRORS,
     EndOffsetProbe,
     cached_consumer,
     matching_topics,
@@ -344,6 +345,8 @@ def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
                             "available (data lost to retention?); set failOnDataLoss=false "
                             "to skip ahead"
                         )
+                    if err.code() in GROUP_ONLY_ERRORS:
+                        continue  # the reader joins no group and commits nothing
                     if err.fatal() or not err.retriable():
                         raise KafkaException(err)
                     continue

@@ -216,7 +216,8 @@ def producer_config(client: Mapping[str, str]) -> dict[str, Any]:
 
 
 def consumer_config(client: Mapping[str, str], fail_on_data_loss: bool) -> dict[str, Any]:
-    """librdkafka consumer settings for reading explicit offset ranges (no group, no commits)."""
+    """librdkafka consumer settings for reading explicit offset ranges (no commits; the group id
+    is only there because librdkafka requires one, and needs no ACL: see GROUP_ONLY_ERRORS)."""
     config: dict[str, Any] = {
         "group.id": "cutover-kafka-source",
         "enable.auto.commit": False,

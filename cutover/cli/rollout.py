@@ -90,6 +90,9 @@ def register(sub: Any) -> None:
                                                 "the rollout is done")
     p.add_argument("--margin", default="10s", help="switch boundary ahead of every horizon")
     p.add_argument("--rollback-timeout", default="10m", help="how long a rollback may take")
+    p.add_argument("--stuck-after", default="3m", help="during a rollback, restart the new "
+                   "version when its watermark has not moved for this long (its start included: "
+                   "leave room for the job to be scheduled and replay its checkpoint)")
     p.add_argument("--log-dir", help="where the commands' output goes (default "
                                      "var/rollout/<route>)")
     p.add_argument("--metrics-port", type=int, help="serve the rollout's Prometheus metrics "
@@ -115,7 +118,7 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
         raise CliError(f"a rollout needs {', '.join(missing)}; e.g. --to green --start "
                        "'cutover tag --version green -- job.py' --stop-old 'kill <blue pid>'")
     for flag in ("catch_up_lag", "compare_for", "deadline", "soak", "margin",
-                 "rollback_timeout"):
+                 "rollback_timeout", "stuck_after"):
         parse_duration_ms(getattr(args, flag))
     parse_fraction(args.max_diff)
     settings = _settings(args)
@@ -185,6 +188,7 @@ def _new(args: argparse.Namespace, view: RouteView, me: Owner) -> RolloutRecord:
             max_diff=parse_fraction(args.max_diff), deadline_ms=deadline,
             soak_ms=parse_duration_ms(args.soak), margin_ms=parse_duration_ms(args.margin),
             rollback_timeout_ms=parse_duration_ms(args.rollback_timeout),
+            stuck_after_ms=parse_duration_ms(args.stuck_after),
             log_dir=args.log_dir or f"var/rollout/{args.route}")
     except ValueError as exc:
         raise CliError(f"cannot roll out: {exc}") from None

@@ -85,6 +85,9 @@ class RolloutSpec(BaseModel):
     margin_ms: int = Field(default=10_000, ge=0, description="switch boundary ahead of every "
                            "partition's horizon")
     rollback_timeout_ms: int = Field(default=600_000, gt=0)
+    stuck_after_ms: int = Field(default=180_000, gt=0, description="during a rollback, a new "
+                                "version this long without watermark progress (a restart "
+                                "included) is restarted again")
     log_dir: str
 
 

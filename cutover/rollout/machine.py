@@ -73,7 +73,6 @@ from cutover.rollout.sentences import (
 from cutover.status import TransitionState
 
 MAX_RESTARTS = 2                          # restarts of a stuck new version during a rollback
-NO_PROGRESS = timedelta(seconds=60)       # a new version this long without progress is stuck
 
 
 # -- the machine --------------------------------------------------------------------------------
@@ -231,7 +230,7 @@ def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
         stuck = (obs.new.state is ProcState.GONE
                  or (obs.new.state is ProcState.ALIVE
                      and ((rb.trigger.new_is_stuck and rb.restarts == 0)
-                          or now - rb.progress_at >= NO_PROGRESS)))
+                          or now - rb.progress_at >= timedelta(milliseconds=spec.stuck_after_ms))))
         if stuck and rb.restarts < MAX_RESTARTS:
             return Step(rec, (RestartNew(),))
         return Step(rec)

@@ -335,12 +335,14 @@ def test_a_stuck_new_version_owing_records_is_restarted_once_at_once() -> None:
     # progressing after the restart: waited for, not restarted again
     later = tick(restarted, pinned(62_000, 55_000, held=40), plan=ROLLBACK, at=40)
     assert later.actions == ()
-    # no progress for a minute: restarted again, up to the limit
-    stuck = tick(later.record, pinned(62_000, 55_000, held=40), plan=ROLLBACK, at=101)
+    # no progress for --stuck-after (3 minutes by default): restarted again, up to the limit
+    assert tick(later.record, pinned(62_000, 55_000, held=40), plan=ROLLBACK,
+                at=40 + 179).actions == ()
+    stuck = tick(later.record, pinned(62_000, 55_000, held=40), plan=ROLLBACK, at=40 + 180)
     assert stuck.actions == (RestartNew(),)
     limit = later.record.model_copy(update={"rollback": later.record.rollback.model_copy(
         update={"restarts": MAX_RESTARTS})})
-    assert tick(limit, pinned(62_000, 55_000), plan=ROLLBACK, at=101).actions == ()
+    assert tick(limit, pinned(62_000, 55_000), plan=ROLLBACK, at=40 + 180).actions == ()
 
 
 def test_a_gone_new_version_owing_records_is_restarted() -> None:

@@ -6,11 +6,14 @@ PySpark's readers and writers:
 * ``writeStream.format("kafka")`` is always served by the tagging sink (:mod:`.tagger`): at
   ``start()`` the launcher finds the event time, then starts the same query (same output mode,
   trigger, name, checkpoint and options) with ``foreachBatch`` instead of the Kafka sink;
-* ``readStream.format("kafka")`` (and batch ``read``/``write``) use the Python source
-  ``cutover_kafka`` wherever Spark's JVM Kafka connector is absent (``--kafka-source``).
+* a ``foreachBatch`` function is wrapped (:mod:`.foreach_batch`) so the Kafka writes it makes
+  belong to its query's batch, and batch ``write.format("kafka")`` anywhere is tagged by the
+  tagger itself (:mod:`.batch_writer`), whichever connector the job has;
+* ``readStream.format("kafka")`` and batch ``read`` use the Python source ``cutover_kafka``
+  wherever Spark's JVM Kafka connector is absent (``--kafka-source``).
 
-A problem the operator must fix (no event time, no topic) raises :class:`TaggerError` at
-``start()``, before any batch runs.
+A problem the operator must fix (no event time, no topic, complete output mode) raises
+:class:`TaggerError` at ``start()``, before any batch runs.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ import runpy
 import sys
 from typing import Any
 
+from spark_tagger.batch_writer import save_tagged
 from spark_tagger.event_time import EventTimeError, attach_event_time
+from spark_tagger.foreach_batch import TaggedForeachBatch
 from spark_tagger.kafka_source import NAME as PY_KAFKA
 from spark_tagger.kafka_source import CutoverKafka
 from spark_tagger.options import KafkaOptionError, SinkOptions
+from spark_tagger.output_modes import check_output_mode
+from spark_tagger.refusal import TaggerError
 from spark_tagger.tagger import BatchTagger, TagSettings
 
 JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -31,9 +38,7 @@ JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 _settings: TagSettings | None = None
 _originals: dict[tuple[type, str], Any] = {}
 
-
-class TaggerError(RuntimeError):
-    """The job cannot be tagged as written; the message says what to pass or change."""
+__all__ = ["TaggerError", "install", "run_job"]
 
 
 def jvm_kafka_available(spark: Any) -> bool:
@@ -104,7 +109,7 @@ def install(settings: TagSettings) -> None:
     from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
     from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
 
-    # --- reads (streaming and batch) and batch writes: Python connector if the JVM one is absent
+    # --- reads (streaming and batch): the Python connector if the JVM one is absent
     def make_format(cls: type) -> Any:
         original = _originals.get((cls, "format"), cls.format)
 
@@ -119,8 +124,9 @@ def install(settings: TagSettings) -> None:
 
         return format
 
-    for cls in (DataStreamReader, DataFrameReader, DataFrameWriter):
+    for cls in (DataStreamReader, DataFrameReader):
         _patch(cls, "format", make_format(cls))
+    _install_batch_writer(DataFrameWriter)
 
     # --- streaming writes: record what the job sets, swap the sink at start()
     dsw = DataStreamWriter
@@ -152,8 +158,11 @@ def install(settings: TagSettings) -> None:
         return _orig(dsw, "queryName")(self, queryName)
 
     def w_foreach_batch(self: Any, func: Any) -> Any:
-        _writer_state(self)["format"] = "foreachBatch"
-        return _orig(dsw, "foreachBatch")(self, func)
+        state = _writer_state(self)
+        state["format"] = "foreachBatch"
+        assert _settings is not None
+        state["foreachBatch"] = TaggedForeachBatch(func, self._spark, _settings, state)
+        return _orig(dsw, "foreachBatch")(self, state["foreachBatch"])
 
     def w_foreach(self: Any, f: Any) -> Any:
         _writer_state(self)["format"] = "foreach"
@@ -172,9 +181,13 @@ def install(settings: TagSettings) -> None:
             self.format(format)
         if queryName is not None:
             self.queryName(queryName)
-        if _is_kafka(_writer_state(self)["format"]):
+        state = _writer_state(self)
+        if _is_kafka(state["format"]):
             return start_tagged(self)
-        return _orig(dsw, "start")(self, path)
+        query = _orig(dsw, "start")(self, path)
+        if state["format"] == "foreachBatch":
+            state["foreachBatch"].query.set(query)
+        return query
 
     _patch(dsw, "format", w_format)
     _patch(dsw, "option", w_option)
@@ -185,6 +198,52 @@ def install(settings: TagSettings) -> None:
     _patch(dsw, "foreachBatch", w_foreach_batch)
     _patch(dsw, "foreach", w_foreach)
     _patch(dsw, "start", w_start)
+
+
+def _install_batch_writer(dfw: type) -> None:
+    """Batch ``write.format("kafka")``: recorded as the job sets it, tagged at ``save()``."""
+
+    def b_format(self: Any, source: str) -> Any:
+        _writer_state(self)["format"] = source
+        if _is_kafka(source):
+            return self  # the tagger writes; neither connector sees it
+        return _orig(dfw, "format")(self, source)
+
+    def b_option(self: Any, key: str, value: Any) -> Any:
+        _writer_state(self)["options"][key] = value
+        return _orig(dfw, "option")(self, key, value)
+
+    def b_options(self: Any, **options: Any) -> Any:
+        _writer_state(self)["options"].update(options)
+        return _orig(dfw, "options")(self, **options)
+
+    def b_mode(self: Any, saveMode: str | None) -> Any:
+        if saveMode is not None:
+            _writer_state(self)["mode"] = saveMode
+        return _orig(dfw, "mode")(self, saveMode)
+
+    def b_save(self: Any, path: str | None = None, format: str | None = None,
+               mode: str | None = None, partitionBy: Any = None, **options: Any) -> None:
+        if options:
+            self.options(**options)
+        if mode is not None:
+            self.mode(mode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        state = _writer_state(self)
+        if not _is_kafka(state["format"]):
+            return _orig(dfw, "save")(self, path)  # type: ignore[no-any-return]
+        assert _settings is not None
+        save_tagged(self._df, state["options"], state.get("mode"), _settings)
+        return None
+
+    _patch(dfw, "format", b_format)
+    _patch(dfw, "option", b_option)
+    _patch(dfw, "options", b_options)
+    _patch(dfw, "mode", b_mode)
+    _patch(dfw, "save", b_save)
 
 
 def start_tagged(writer: Any) -> Any:
@@ -203,6 +262,9 @@ def start_tagged(writer: Any) -> Any:
             "the job's Kafka sink has no .option('topic', ...); the tagger needs one output "
             "topic per query to send heartbeats to every partition of it"
         )
+    query = (f"query {state['queryName']!r}" if state["queryName"]
+             else f"the query writing to topic {sink.topic!r}")
+    check_output_mode(state["outputMode"], query, _settings.quiet)
     trigger = state["trigger"]
     if trigger is not None and "continuous" in trigger[1]:
         raise TaggerError("continuous triggers are not supported by the tagger (it works per "

@@ -102,7 +102,7 @@ class TaggedForeachBatch:
         try:
             self.func(batch_df, batch_id)
         except TaggerError as exc:
-            end_job(exc)
+            end_job(exc, self.spark)
         finally:
             _local.scope = None
         self.topics.update(scope.sinks)

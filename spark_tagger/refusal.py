@@ -11,8 +11,10 @@ uncommitted batch, byte-identical, when the job is started again with the fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import Any
 
 REFUSED_EXIT = 2  # the exit code of every ``cutover`` operator error
 
@@ -21,7 +23,13 @@ class TaggerError(RuntimeError):
     """The job cannot be tagged as written; the message says what to pass or change."""
 
 
-def end_job(exc: TaggerError) -> None:
-    """Print the sentence and end the driver now (see the module docstring for why)."""
+def end_job(exc: TaggerError, spark: Any) -> None:
+    """Print the sentence and end the driver now (see the module docstring for why).
+
+    Spark's own log is silenced first: the JVM would otherwise log the lost callback as the
+    query's error, a Java stack trace after the sentence.
+    """
+    with contextlib.suppress(Exception):
+        spark.sparkContext.setLogLevel("OFF")
     print(f"cutover tag: {exc}", file=sys.stderr, flush=True)
     os._exit(REFUSED_EXIT)

@@ -294,15 +294,51 @@ def start_tagged(writer: Any) -> Any:
     return query
 
 
+CONNECT_REFUSAL = (
+    "the job builds a Spark Connect session ({how}); on Connect its writes and foreachBatch "
+    "functions run in the Connect server, which the tagger does not reach, so they would go out "
+    "untagged: build a classic session (SparkSession.builder.getOrCreate(), with the master in "
+    "--conf spark.master=...) and run the job under cutover tag as its driver"
+)
+
+
+def _connect_requested(options: dict[str, Any]) -> str | None:
+    """How the job asks for Spark Connect, if it does (as ``Builder.getOrCreate`` decides)."""
+    if "spark.remote" in options:
+        return f"SparkSession.builder.remote({str(options['spark.remote'])!r})"
+    if str(options.get("spark.api.mode", os.environ.get("SPARK_API_MODE", ""))).lower() \
+            == "connect":
+        return "spark.api.mode=connect"
+    for env in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        if os.environ.get(env):
+            return f"{env} is set"
+    return None
+
+
+def _refuse_connect() -> None:
+    """Patch ``SparkSession.Builder.getOrCreate``: a Connect session is refused at creation."""
+    from pyspark.sql.session import SparkSession
+
+    builder = SparkSession.Builder
+
+    def get_or_create(self: Any) -> Any:
+        how = _connect_requested(dict(self._options))
+        if how is not None:
+            raise TaggerError(CONNECT_REFUSAL.format(how=how))
+        return _orig(builder, "getOrCreate")(self)
+
+    _patch(builder, "getOrCreate", get_or_create)
+
+
 def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
-    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
-        # Connect's writer classes are not the ones patched: the output would go out untagged
-        raise TaggerError("Spark Connect (SPARK_REMOTE) is not supported: the tagger runs the "
-                          "job as a classic Spark driver; unset SPARK_REMOTE")
+    how = _connect_requested({})
+    if how is not None:
+        raise TaggerError(CONNECT_REFUSAL.format(how=how))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     install(settings)
+    _refuse_connect()
     job_dir = os.path.dirname(os.path.abspath(job))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [job, *args]

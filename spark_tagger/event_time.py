@@ -140,8 +140,9 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
             if len(marked) > 1:
                 names = ", ".join(n for n, _ in marked)
                 raise EventTimeError(
-                    f"the query has more than one watermarked column ({names}); pass "
-                    "--event-time COLUMN to say which is the records' event time"
+                    f"the query has more than one watermarked column ({names}), as a "
+                    "stream-stream join keeps each side's; pass --event-time COLUMN or "
+                    "--event-time 'greatest(a, b)' to say which is the records' event time"
                 )
             name, is_window = marked[0]
             f = df if depth == 0 else frame(plan)

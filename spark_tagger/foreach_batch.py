@@ -7,7 +7,8 @@ query's checkpoint (``offsets/<batchId>``, read once per call; a replay reads th
 it writes the same bytes). When the function returns, one heartbeat goes to every partition of
 each topic the query has written to in this run, acknowledged before the wrapper returns and
 Spark commits the batch; a batch in which the function writes nothing still moves the
-version's watermark on those topics.
+version's watermark on those topics (the lowest of the job's queries writing a topic, as for
+plain sinks).
 
 The batch's scope is per thread: Spark calls each query's function on its own callback thread,
 and the function's writes run on that thread.
@@ -23,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 from spark_tagger.checkpoint import batch_watermark
 from spark_tagger.options import SinkOptions
 from spark_tagger.refusal import TaggerError, end_job
-from spark_tagger.tagger import BatchReport, QueryRef, TagSettings, TopicCount, say, send_heartbeats
+from spark_tagger.tagger import (
+    TOPIC_WATERMARKS,
+    BatchReport,
+    QueryRef,
+    TagSettings,
+    TopicCount,
+    say,
+    send_heartbeats,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,7 +117,8 @@ class TaggedForeachBatch:
         self.topics.update(scope.sinks)
         for topic, sink in sorted(self.topics.items()):
             watermark = scope.watermark()
-            beats = send_heartbeats(sink, topic, self.settings.version, watermark, batch_id)
+            shared = TOPIC_WATERMARKS.report(topic, id(self), watermark)
+            beats = send_heartbeats(sink, topic, self.settings.version, shared, batch_id)
             count = scope.counts.get(topic)
             say(self.settings, BatchReport(
                 version=self.settings.version, batch=batch_id, watermark=watermark,

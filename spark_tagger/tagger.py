@@ -138,6 +138,40 @@ def say(settings: TagSettings, report: BatchReport) -> None:
         print(f"cutover tag: {report.model_dump_json()}", file=sys.stderr, flush=True)
 
 
+class SharedTopicWatermarks:
+    """The watermark a heartbeat on a topic may carry when several queries of the job write it.
+
+    The router takes a version's watermark on a partition from the highest heartbeat it has
+    seen, as "nothing more below it will come". Each query has its own watermark, so on a topic
+    that two queries write, a heartbeat carrying the faster query's would promise what the
+    slower one may still break. A heartbeat therefore carries the lowest watermark among the
+    job's queries known to write that topic (none while one of them has none yet). Data
+    records keep their own query's watermark.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_topic: dict[str, dict[int, int | None]] = {}
+
+    def join(self, topic: str, query: int) -> None:
+        """``query`` writes ``topic`` from now on (it has no watermark there yet)."""
+        with self._lock:
+            self._by_topic.setdefault(topic, {}).setdefault(query, None)
+
+    def report(self, topic: str, query: int, watermark: int | None) -> int | None:
+        """Record ``query``'s batch watermark; the watermark its heartbeats on ``topic`` carry."""
+        with self._lock:
+            queries = self._by_topic.setdefault(topic, {})
+            queries[query] = watermark
+            values = list(queries.values())
+        if any(v is None for v in values):
+            return None
+        return min(v for v in values if v is not None)
+
+
+TOPIC_WATERMARKS = SharedTopicWatermarks()
+
+
 class QueryRef:
     """The started query, handed to the batch function (which may run before start returns)."""
 
@@ -175,6 +209,7 @@ class BatchTagger:
         self.sink = sink
         self.topic: str = sink.topic
         self.query = QueryRef()
+        TOPIC_WATERMARKS.join(self.topic, id(self))
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
@@ -182,8 +217,8 @@ class BatchTagger:
         tagging = Tagging(version=self.settings.version, batch=batch_id, watermark=watermark,
                           event_time_column=EVENT_TIME_COLUMN)
         counts = write_tagged(batch_df, self.sink, tagging)
-        beats = send_heartbeats(self.sink, self.topic, self.settings.version, watermark,
-                                batch_id)
+        shared = TOPIC_WATERMARKS.report(self.topic, id(self), watermark)
+        beats = send_heartbeats(self.sink, self.topic, self.settings.version, shared, batch_id)
         say(self.settings, BatchReport(
             version=self.settings.version, batch=batch_id, watermark=watermark,
             records=sum(c.records for c in counts),

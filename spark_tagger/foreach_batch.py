@@ -10,6 +10,10 @@ Spark commits the batch; a batch in which the function writes nothing still move
 version's watermark on those topics (the lowest of the job's queries writing a topic, as for
 plain sinks).
 
+The event time is computed on the streaming query at start, where its watermark is visible (a
+column the launcher adds; the function gets each batch without it), so a function that writes
+only ``key`` and ``value`` still has its records' event time.
+
 The batch's scope is per thread: Spark calls each query's function on its own callback thread,
 and the function's writes run on that thread.
 """
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spark_tagger.checkpoint import batch_watermark
+from spark_tagger.event_time import EVENT_TIME_COLUMN
 from spark_tagger.options import SinkOptions
 from spark_tagger.refusal import TaggerError, end_job
 from spark_tagger.tagger import (
@@ -95,6 +100,7 @@ class TaggedForeachBatch:
         self.query = QueryRef()
         self.topics: dict[str, SinkOptions] = {}  # every topic the query has written to
         self.warned_update = False
+        self.carried = False  # the launcher added the event-time column to the query
 
     def describe(self) -> str:
         name = self.state.get("queryName")
@@ -109,7 +115,7 @@ class TaggedForeachBatch:
         scope = BatchScope(self, batch_id)
         _local.scope = scope
         try:
-            self.func(batch_df, batch_id)
+            self.func(batch_df.drop(EVENT_TIME_COLUMN) if self.carried else batch_df, batch_id)
         except TaggerError as exc:
             end_job(exc, self.spark)
         finally:

@@ -184,10 +184,9 @@ def install(settings: TagSettings) -> None:
         state = _writer_state(self)
         if _is_kafka(state["format"]):
             return start_tagged(self)
-        query = _orig(dsw, "start")(self, path)
         if state["format"] == "foreachBatch":
-            state["foreachBatch"].query.set(query)
-        return query
+            return start_foreach_batch(self, path)
+        return _orig(dsw, "start")(self, path)
 
     _patch(dsw, "format", w_format)
     _patch(dsw, "option", w_option)
@@ -248,8 +247,6 @@ def _install_batch_writer(dfw: type) -> None:
 
 def start_tagged(writer: Any) -> Any:
     """Start the job's Kafka-bound query through the tagging sink."""
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
     assert _settings is not None
     state = _writer_state(writer)
     options = {str(k): ("" if v is None else str(v)) for k, v in state["options"].items()}
@@ -273,25 +270,53 @@ def start_tagged(writer: Any) -> Any:
         tagged_df, found = attach_event_time(writer._df, _settings.event_time)
     except EventTimeError as exc:
         raise TaggerError(str(exc)) from None
-    spark = writer._spark
-    tagger = BatchTagger(spark, _settings, sink)
-    new = DataStreamWriter(tagged_df)
+    tagger = BatchTagger(writer._spark, _settings, sink)
+    if not _settings.quiet:
+        print(f"cutover tag: version {_settings.version} -> topic {sink.topic}; event time: "
+              f"{found.description}", file=sys.stderr, flush=True)
+    query = _started_again(state, tagged_df, tagger)
+    tagger.query.set(query)
+    return query
+
+
+def start_foreach_batch(writer: Any, path: str | None) -> Any:
+    """Start a ``foreachBatch`` query, its event time computed on the stream when it has one.
+
+    The column is added to the streaming DataFrame here, where the watermark is visible, and
+    the job's function gets each batch without it (:mod:`.foreach_batch`); the Kafka writes the
+    function makes find it underneath. A query without an event time starts unchanged: it may
+    write no Kafka at all, and a Kafka write it makes is refused then, before sending anything.
+    """
+    assert _settings is not None
+    state = _writer_state(writer)
+    wrapper = state["foreachBatch"]
+    try:
+        tagged_df, _found = attach_event_time(writer._df, _settings.event_time)
+    except EventTimeError:
+        query = _orig(type(writer), "start")(writer, path)
+    else:
+        wrapper.carried = True
+        query = _started_again(state, tagged_df, wrapper)
+    wrapper.query.set(query)
+    return query
+
+
+def _started_again(state: dict[str, Any], df: Any, func: Any) -> Any:
+    """The job's query, as its writer was set up, over ``df`` and through ``func``."""
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    new = DataStreamWriter(df)
     orig = _originals
     if state["outputMode"] is not None:
         orig[(DataStreamWriter, "outputMode")](new, state["outputMode"])
-    if trigger is not None:
-        orig[(DataStreamWriter, "trigger")](new, *trigger[0], **trigger[1])
+    if state["trigger"] is not None:
+        orig[(DataStreamWriter, "trigger")](new, *state["trigger"][0], **state["trigger"][1])
     if state["queryName"] is not None:
         orig[(DataStreamWriter, "queryName")](new, state["queryName"])
     for key, value in state["options"].items():
         orig[(DataStreamWriter, "option")](new, key, value)
-    orig[(DataStreamWriter, "foreachBatch")](new, tagger)
-    if not _settings.quiet:
-        print(f"cutover tag: version {_settings.version} -> topic {sink.topic}; event time: "
-              f"{found.description}", file=sys.stderr, flush=True)
-    query = orig[(DataStreamWriter, "start")](new)
-    tagger.query.set(query)
-    return query
+    orig[(DataStreamWriter, "foreachBatch")](new, func)
+    return orig[(DataStreamWriter, "start")](new)
 
 
 CONNECT_REFUSAL = (

@@ -56,9 +56,12 @@ from tests.conformance.runner import (
 from tests.conformance.scenario import Failure, Scenario
 from tests.spark.spark_test_support import JOBS, TagRun, committed_batches, tag_command
 
-Job = Literal["windowed_totals", "enrich_orders"]
+Job = Literal["windowed_totals", "enrich_orders", "windowed_totals_foreach_batch"]
 JOB_FILES: dict[str, dict[str, str]] = {
     "windowed_totals": {OLD: "windowed_totals.py", NEW: "windowed_totals_green.py"},
+    # the same windows, written from foreachBatch with the batch Kafka writer
+    "windowed_totals_foreach_batch": {OLD: "windowed_totals_foreach_batch.py",
+                                      NEW: "windowed_totals_foreach_batch_green.py"},
     "enrich_orders": {OLD: "enrich_orders.py", NEW: "enrich_orders_green.py"},
 }
 WINDOW_MS = 10_000        # the windowed job's tumbling window
@@ -101,7 +104,7 @@ class SparkCell(BaseModel):
         return Scenario(sources=1, divergence="none",
                         idle="some" if len(busy) < RAW_PARTITIONS else "none",
                         failure=self.failure, identity="record", handover=self.handover,
-                        shape="windowed" if self.job == "windowed_totals" else "stateless",
+                        shape="windowed" if windowed(self.job) else "stateless",
                         seed=self.seed)
 
 
@@ -111,7 +114,13 @@ SPARK_CELLS = (
     # a wide margin keeps the transition PENDING long enough to kill blue inside it
     SparkCell(job="windowed_totals", handover="ordered", failure=Failure.OLD_JOB_REPLAY,
               seed=33, margin="60s"),
+    SparkCell(job="windowed_totals_foreach_batch", handover="ordered", seed=34),
 )
+
+
+def windowed(job: str) -> bool:
+    """The jobs whose output is one record per closed window (the same values either way)."""
+    return job.startswith("windowed_totals")
 
 
 # -- input ------------------------------------------------------------------------------------
@@ -197,7 +206,7 @@ def canonical(fields: dict[str, Any]) -> bytes:
 def parse_output(job: str, value: bytes | None) -> tuple[bytes, dict[str, Any]]:
     """(identity, fields) of a record's value: (customer, window) or the order id."""
     v = json.loads(value or b"", parse_float=Decimal)
-    if job == "windowed_totals":
+    if windowed(job):
         v["window_start"], v["window_end"] = _ms(v["window_start"]), _ms(v["window_end"])
         return v["customer"].encode(), v
     return v["order_id"].encode(), v
@@ -246,7 +255,7 @@ def reference(job: str, orders: list[Order], pins: dict[int, int], final_wm: int
         version = NEW if t >= pins[p] else OLD
         ref[(p, ident, t)] = (version, canonical(value(version)))
 
-    if job == "windowed_totals":
+    if windowed(job):
         groups: dict[tuple[str, int], list[Order]] = {}
         for o in orders:
             groups.setdefault((o.customer, o.ts - o.ts % WINDOW_MS), []).append(o)

@@ -127,9 +127,9 @@ def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
                   "uses save mode 'overwrite', which Spark's Kafka connector does not allow "
                   "either; use mode('append') or leave the default"),
     ("complete", "cutover tag: the query writing to topic {sink!r} uses complete output mode"),
-    ("plain-batch", "cutover tag: a batch Kafka write outside any streaming query's "
-                    "foreachBatch has no watermark to take its records' event time from; pass "
-                    "--event-time COLUMN|EXPR"),
+    pytest.param("plain-batch", "cutover tag: a batch Kafka write outside any streaming "
+                 "query's foreachBatch has no watermark to take its records' event time from; "
+                 "pass --event-time COLUMN|EXPR", marks=pytest.mark.slow),
 ])
 def test_shapes_that_cannot_be_tagged_stop_before_writing_with_a_sentence(
     bootstrap: str, tmp_path: Path, shape: str, sentence: str

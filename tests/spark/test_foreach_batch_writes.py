@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from spark_test_support import (
     JOBS,
+    TEST_JOBS,
     TagRun,
     assign_batches,
     committed_batches,
@@ -28,6 +29,7 @@ from spark_test_support import (
     orders_by_position,
     run_tag,
     tag_command,
+    wait_for,
 )
 
 from cutover.broker import create_topics
@@ -183,3 +185,76 @@ def test_a_replayed_foreach_batch_writes_the_same_bytes(
     wrote_again = sum(copies.values()) - sum(first.values())
     assert wrote_again == len({r.content for r in replayed}) == sum(
         1 for r in s.out["audit"] if r.header("bg.batch") == str(last))
+
+
+@pytest.mark.slow
+def test_kill_9_inside_a_foreach_batch_function_then_restart_gives_identical_duplicates(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """kill -9 of the whole job after the function's Kafka write of a batch and before its
+    heartbeats (the function is still running); the restart replays that batch."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    tin, tout = f"fbkill-in-{uuid.uuid4().hex[:8]}", f"fbkill-out-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 2, tout: 3})
+    write_orders(bootstrap, tin, make_orders(EventSpec(seed=29, count=240, customers=6)))
+    ck = tmp_path / "ck"
+    args = ["--bootstrap", bootstrap, "--input", tin, "--output", tout, "--checkpoint", str(ck)]
+    job = TEST_JOBS / "slow_audit.py"
+    first = TagRun(tag_command("blue", job, args), tmp_path / "first.log").start()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fb-kill-watch",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(tout, p, 0) for p in range(3)])
+    data: set[int] = set()
+    beats: set[int] = set()
+    try:
+
+        def mid_batch() -> int | None:
+            assert first.proc.poll() is None, f"the job ended early:\n{first.tail()}"
+            for msg in consumer.consume(500, 0.1):
+                if msg.error() is None:
+                    tagged = parse_headers(msg.headers())
+                    (beats if tagged.kind == "heartbeat" else data).add(tagged.batch or 0)
+            open_ = sorted(b for b in data - beats if b >= 1)
+            return open_[0] if open_ else None
+
+        killed_in = wait_for(mid_batch, 300, "a batch written but not yet heartbeat",
+                             interval=0.05)
+        first.kill()
+    finally:
+        if first.proc.poll() is None:
+            first.kill()
+        consumer.close()
+    assert killed_in not in committed_batches(ck)
+    before = read_topic(bootstrap, tout)
+    second = run_tag(tag_command("blue", job, [*args, "--available-now"]),
+                     tmp_path / "second.log", timeout=400)
+    after = read_topic(bootstrap, tout)
+    orders = orders_by_position(read_topic(bootstrap, tin))
+    logs = offset_logs(ck, tin)
+    batch_of = assign_batches(logs, orders)
+    assert set(batch_of) == set(orders), "the restarted job did not read the whole input"
+    wms = {log.batch: log.meta.batchWatermarkMs or None for log in logs}
+    position = {o.order_id: pos for pos, o in orders.items()}
+    copies: dict[str, list[RawRecord]] = defaultdict(list)
+    for rec in after:
+        tagged = parse_headers(list(rec.headers))
+        if rec.header(KIND):
+            continue
+        pos = position[json.loads(rec.value or b"")["order_id"]]
+        assert tagged.event_time == orders[pos].ts
+        assert tagged.batch == batch_of[pos] and tagged.watermark == wms[batch_of[pos]]
+        copies[orders[pos].order_id].append(rec)
+    assert set(copies) == {o.order_id for o in orders.values()}, "records lost or invented"
+    duplicated = {oid: recs for oid, recs in copies.items() if len(recs) > 1}
+    assert duplicated, "the kill did not interrupt a batch that had written records"
+    for oid, recs in duplicated.items():
+        assert len(recs) == 2 and len({r.content for r in recs}) == 1, f"{oid}: differ"
+        assert recs[0].header("bg.batch") == str(killed_in)
+    assert len(after) > len(before)
+    assert second.reports()[0].batch == killed_in  # the restart replays the killed batch first
+    for b in committed_batches(ck):
+        for p in range(3):
+            got = [r for r in after if r.header(KIND) and r.partition == p
+                   and r.header("bg.batch") == str(b)]
+            assert got and len({r.content for r in got}) == 1, (p, b)

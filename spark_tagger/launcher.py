@@ -10,7 +10,8 @@ PySpark's readers and writers:
   belong to its query's batch, and batch ``write.format("kafka")`` anywhere is tagged by the
   tagger itself (:mod:`.batch_writer`), whichever connector the job has;
 * ``readStream.format("kafka")`` and batch ``read`` use the Python source ``cutover_kafka``
-  wherever Spark's JVM Kafka connector is absent (``--kafka-source``).
+  wherever Spark's JVM Kafka connector is absent (``--kafka-source``);
+* on Spark Connect, the Connect client's writers are patched instead (:mod:`.connect`).
 
 A problem the operator must fix (no event time, no topic, complete output mode) raises
 :class:`TaggerError` at ``start()``, before any batch runs.
@@ -24,6 +25,7 @@ import sys
 from typing import Any
 
 from spark_tagger.batch_writer import save_tagged
+from spark_tagger.connect import install_connect
 from spark_tagger.event_time import EventTimeError, attach_event_time
 from spark_tagger.foreach_batch import TaggedForeachBatch
 from spark_tagger.kafka_source import NAME as PY_KAFKA
@@ -319,14 +321,6 @@ def _started_again(state: dict[str, Any], df: Any, func: Any) -> Any:
     return orig[(DataStreamWriter, "start")](new)
 
 
-CONNECT_REFUSAL = (
-    "the job builds a Spark Connect session ({how}); on Connect its writes and foreachBatch "
-    "functions run in the Connect server, which the tagger does not reach, so they would go out "
-    "untagged: build a classic session (SparkSession.builder.getOrCreate(), with the master in "
-    "--conf spark.master=...) and run the job under cutover tag as its driver"
-)
-
-
 def _connect_requested(options: dict[str, Any]) -> str | None:
     """How the job asks for Spark Connect, if it does (as ``Builder.getOrCreate`` decides)."""
     if "spark.remote" in options:
@@ -340,16 +334,20 @@ def _connect_requested(options: dict[str, Any]) -> str | None:
     return None
 
 
-def _refuse_connect() -> None:
-    """Patch ``SparkSession.Builder.getOrCreate``: a Connect session is refused at creation."""
+def _connect_needs_client(served: bool) -> None:
+    """Patch ``SparkSession.Builder.getOrCreate``: without PySpark's Connect client installed,
+    a Connect session is refused at creation with the fix, instead of an import error."""
     from pyspark.sql.session import SparkSession
 
     builder = SparkSession.Builder
 
     def get_or_create(self: Any) -> Any:
         how = _connect_requested(dict(self._options))
-        if how is not None:
-            raise TaggerError(CONNECT_REFUSAL.format(how=how))
+        if how is not None and not served:
+            raise TaggerError(
+                f"the job builds a Spark Connect session ({how}) but PySpark's Connect client "
+                "is not installed, so the tagger cannot serve it; install pyspark[connect] "
+                "(grpcio, grpcio-status, googleapis-common-protos, zstandard)")
         return _orig(builder, "getOrCreate")(self)
 
     _patch(builder, "getOrCreate", get_or_create)
@@ -357,13 +355,10 @@ def _refuse_connect() -> None:
 
 def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
-    how = _connect_requested({})
-    if how is not None:
-        raise TaggerError(CONNECT_REFUSAL.format(how=how))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     install(settings)
-    _refuse_connect()
+    _connect_needs_client(install_connect(settings, _patch))
     job_dir = os.path.dirname(os.path.abspath(job))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [job, *args]

@@ -87,30 +87,6 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
         assert r.header("bg.watermark") is None  # the query has no watermark
 
 
-def test_spark_connect_is_refused_rather_than_left_untagged() -> None:
-    env = {**spark_env(), "SPARK_REMOTE": "sc://localhost:15002"}
-    res = subprocess.run(tag_command("blue", JOBS / "windowed_totals.py", []), env=env,
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert res.returncode == 2 and "Spark Connect" in res.stderr
-    assert "SPARK_REMOTE is set" in res.stderr
-    assert "Traceback" not in res.stderr
-
-
-@pytest.mark.parametrize("url", ["local[2]", "sc://localhost:15002"])
-def test_a_job_building_a_spark_connect_session_is_refused_at_its_builder(url: str) -> None:
-    """``SparkSession.builder.remote(...)`` in the job's own code: refused when the session is
-    created, before a Connect server starts or a query runs."""
-    res = _run(tag_command("blue", TEST_JOBS / "connect_session.py", [url]), timeout=60)
-    assert res.returncode == 2, res.stderr[-2000:]
-    assert res.stderr.strip().splitlines()[-1] == (
-        f"cutover tag: the job builds a Spark Connect session (SparkSession.builder.remote("
-        f"{url!r})); on Connect its writes and foreachBatch functions run in the Connect "
-        "server, which the tagger does not reach, so they would go out untagged: build a "
-        "classic session (SparkSession.builder.getOrCreate(), with the master in --conf "
-        "spark.master=...) and run the job under cutover tag as its driver")
-    assert "connected" not in res.stdout and "Traceback" not in res.stderr
-
-
 def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
     res = _run(tag_command("blue", JOBS / "windowed_totals.py", [], flags=["--conf", "nokey"]))
     assert res.returncode == 2 and "is not KEY=VALUE" in res.stderr

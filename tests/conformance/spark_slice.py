@@ -54,14 +54,24 @@ from tests.conformance.runner import (
     verify,
 )
 from tests.conformance.scenario import Failure, Scenario
-from tests.spark.spark_test_support import JOBS, TagRun, committed_batches, tag_command
+from tests.spark.spark_test_support import (
+    CONNECT_LOCAL_ENV,
+    JOBS,
+    TagRun,
+    committed_batches,
+    tag_command,
+)
 
-Job = Literal["windowed_totals", "enrich_orders", "windowed_totals_foreach_batch"]
+Job = Literal["windowed_totals", "enrich_orders", "windowed_totals_foreach_batch",
+              "windowed_totals_connect"]
 JOB_FILES: dict[str, dict[str, str]] = {
     "windowed_totals": {OLD: "windowed_totals.py", NEW: "windowed_totals_green.py"},
     # the same windows, written from foreachBatch with the batch Kafka writer
     "windowed_totals_foreach_batch": {OLD: "windowed_totals_foreach_batch.py",
                                       NEW: "windowed_totals_foreach_batch_green.py"},
+    # the same windows, the jobs' sessions on Spark Connect (remote("local[2]"))
+    "windowed_totals_connect": {OLD: "windowed_totals_connect.py",
+                                NEW: "windowed_totals_connect_green.py"},
     "enrich_orders": {OLD: "enrich_orders.py", NEW: "enrich_orders_green.py"},
 }
 WINDOW_MS = 10_000        # the windowed job's tumbling window
@@ -115,6 +125,7 @@ SPARK_CELLS = (
     SparkCell(job="windowed_totals", handover="ordered", failure=Failure.OLD_JOB_REPLAY,
               seed=33, margin="60s"),
     SparkCell(job="windowed_totals_foreach_batch", handover="ordered", seed=34),
+    SparkCell(job="windowed_totals_connect", handover="ordered", seed=35),
 )
 
 
@@ -363,7 +374,9 @@ class SparkRun:
         self.jobs = {v: TagRun(tag_command(v, JOBS / JOB_FILES[self.cell.job][v], [
             "--bootstrap", self.bootstrap, "--input", self.input, "--output", self.raw,
             "--checkpoint", str(self.checkpoints[v]), "--trigger", "1 second"]),
-            self.tmp / f"{self.cell.job}-{v}.log") for v in (OLD, NEW)}
+            self.tmp / f"{self.cell.job}-{v}.log",
+            CONNECT_LOCAL_ENV if self.cell.job.endswith("_connect") else {})
+            for v in (OLD, NEW)}
         self.writer = InputWriter(self.bootstrap, self.input, self.cell.seed)
         self.follower = StatusFollower(self.bootstrap, self.status, self.route, RAW_PARTITIONS)
         self.worker: RouterChild | None = None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from spark_test_support import (
+    CONNECT_LOCAL_ENV,
     JOBS,
     REPO,
     TEST_JOBS,
@@ -36,6 +37,7 @@ from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
 from spark_tagger.partitioner import partition_for
+from tests.conformance.spark_slice import RAW_PARTITIONS, SPARK_CELLS, run_spark_cell
 from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -60,7 +62,7 @@ def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
     run = run_tag(tag_command("blue", JOBS / "windowed_totals_connect.py", [
         "--remote", "local[2]", "--bootstrap", bootstrap, "--input", tin, "--output", out,
         "--checkpoint", str(ck), "--available-now", "--max-offsets-per-trigger", "60"]),
-        tmp_path / "job.log", timeout=600)
+        tmp_path / "job.log", timeout=600, env=CONNECT_LOCAL_ENV)
     assert "event time: end of window column 'window' (Spark Connect)" in run.text()
     orders = orders_by_position(read_topic(bootstrap, tin))
     logs = offset_logs(ck, tin)
@@ -104,10 +106,11 @@ def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
                       "Connect server's Python, where the tagger cannot tie the Kafka writes it "
                       "makes to the batch; on Connect write to Kafka with "
                       "writeStream.format('kafka'), or run the job on a classic session"),
-    ("batch-write", "cutover tag: the job writes to Kafka with the batch writer "
-                    "(df.write.format('kafka')) on Spark Connect, where the tagger does not "
-                    "serve it; write to Kafka from a streaming query with "
-                    "writeStream.format('kafka'), or run the job on a classic session"),
+    pytest.param("batch-write", "cutover tag: the job writes to Kafka with the batch writer "
+                 "(df.write.format('kafka')) on Spark Connect, where the tagger does not "
+                 "serve it; write to Kafka from a streaming query with "
+                 "writeStream.format('kafka'), or run the job on a classic session",
+                 marks=pytest.mark.slow),
 ])
 def test_what_connect_cannot_serve_is_refused_at_start(
     bootstrap: str, tmp_path: Path, shape: str, sentence: str
@@ -119,9 +122,27 @@ def test_what_connect_cannot_serve_is_refused_at_start(
     res = subprocess.run(tag_command("blue", TEST_JOBS / "connect_session.py",
                                      ["local[2]", bootstrap, tin, out, str(tmp_path / "ck"),
                                       shape]),
-                         capture_output=True, text=True, timeout=300, env=spark_env(),
+                         capture_output=True, text=True, timeout=300,
+                         env={**spark_env(), **CONNECT_LOCAL_ENV},
                          cwd=REPO, stdin=subprocess.DEVNULL)
     assert res.returncode == 2, res.stderr[-3000:]
     assert res.stderr.strip().splitlines()[-1] == sentence
     assert "Traceback" not in res.stderr
     assert read_topic(bootstrap, out) == []
+
+
+@pytest.mark.slow
+def test_connect_windows_blue_then_green_through_the_router_equal_the_reference(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The conformance grid's Spark Connect cell: both versions on Connect, side by side, a
+    switch, blue torn down; the output against the reference computed from the input."""
+    cell = next(c for c in SPARK_CELLS if c.job == "windowed_totals_connect")
+    r = run_spark_cell(cell, bootstrap, tmp_path)
+    detail = (f"expected={r.expected} forwarded={r.forwarded} lost={r.lost} "
+              f"dup={r.duplicated} wrong={r.wrong_version} unexpected={r.unexpected} "
+              f"order={r.order_violations} dlq={r.dead_lettered} clear={r.clear_s}s "
+              f"boundary={r.boundary} pins={r.pins} ({r.duration_s}s) {r.notes}")
+    assert r.passed, "; ".join(r.reasons) + "\n" + detail
+    assert r.expected >= 40 and r.forwarded == r.expected and r.order_violations == 0, detail
+    assert r.boundary is not None and len(r.pins) == RAW_PARTITIONS and r.clear_s is not None

@@ -13,7 +13,9 @@ executors as on a classic driver.
 
 Refused at start on Connect, naming the query: a job's own ``foreachBatch`` function (it runs
 in the server's Python, where the tagger cannot tie the Kafka writes it makes to the batch),
-and batch Kafka writes (``df.write.format("kafka")``).
+batch Kafka writes (``df.write.format("kafka")``), and two queries writing one topic (each
+query's tagger runs in its own server-side process, so heartbeats cannot carry the lower of
+their watermarks, see :class:`.tagger.SharedTopicWatermarks`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ if TYPE_CHECKING:
 _PASSTHROUGH = {"Project", "Filter", "SubqueryAlias", "Sort", "Repartition",
                 "RepartitionByExpression", "Hint", "Sample", "WithColumns", "Drop",
                 "WithColumnsRenamed"}
+
+
+_TOPICS: set[str] = set()  # the topics this job's Connect queries write
 
 
 def _quote(name: str) -> str:
@@ -178,6 +183,12 @@ def start_connect(writer: Any, settings: TagSettings) -> None:
         raise TaggerError("the job's Kafka sink has no .option('topic', ...); the tagger needs "
                           "one output topic per query to send heartbeats to every partition")
     query = _query(proto, f"the query writing to topic {sink.topic!r}")
+    if sink.topic in _TOPICS:
+        raise TaggerError(
+            f"{query} writes to topic {sink.topic!r}, which another query of the job writes "
+            "too; on Spark Connect each query's tagger runs in its own server-side process, "
+            "so their heartbeats cannot carry the lower of the two watermarks: give each query "
+            "its own topic")
     checkpoint = options.get("checkpointLocation")
     if not checkpoint:
         raise TaggerError(f"{query} has no checkpointLocation option; on Spark Connect the "
@@ -197,6 +208,7 @@ def start_connect(writer: Any, settings: TagSettings) -> None:
     writer._write_stream._child = tagged._plan
     proto.ClearField("format")
     writer.foreachBatch(ConnectBatchTagger(settings, sink, checkpoint))  # pickled as data
+    _TOPICS.add(sink.topic)
     if not settings.quiet:
         print(f"cutover tag: version {settings.version} -> topic {sink.topic}; event time: "
               f"{what} (Spark Connect)", file=sys.stderr, flush=True)

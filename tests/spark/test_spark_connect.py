@@ -111,6 +111,11 @@ def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
                  "serve it; write to Kafka from a streaming query with "
                  "writeStream.format('kafka'), or run the job on a classic session",
                  marks=pytest.mark.slow),
+    pytest.param("shared-topic", "cutover tag: the query writing to topic {out!r} writes to "
+                 "topic {out!r}, which another query of the job writes too; on Spark Connect "
+                 "each query's tagger runs in its own server-side process, so their heartbeats "
+                 "cannot carry the lower of the two watermarks: give each query its own topic",
+                 marks=pytest.mark.slow),
 ])
 def test_what_connect_cannot_serve_is_refused_at_start(
     bootstrap: str, tmp_path: Path, shape: str, sentence: str
@@ -126,9 +131,11 @@ def test_what_connect_cannot_serve_is_refused_at_start(
                          env={**spark_env(), **CONNECT_LOCAL_ENV},
                          cwd=REPO, stdin=subprocess.DEVNULL)
     assert res.returncode == 2, res.stderr[-3000:]
-    assert res.stderr.strip().splitlines()[-1] == sentence
+    # the sentence is the launcher's last word (Spark's server, stopping, may log after it)
+    assert sentence.format(out=out) in res.stderr.splitlines(), res.stderr[-2000:]
     assert "Traceback" not in res.stderr
-    assert read_topic(bootstrap, out) == []
+    # nothing untagged: the shared-topic job's first query started (tagged) before the refusal
+    assert all(r.header("bg.version") == "blue" for r in read_topic(bootstrap, out))
 
 
 @pytest.mark.slow

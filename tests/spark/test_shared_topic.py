@@ -30,7 +30,8 @@ from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
 from tests.topics import read_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker]
+# about 100 s on two busy cores: make test-all runs it
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 PARTITIONS = 3
 

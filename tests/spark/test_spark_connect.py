@@ -51,6 +51,7 @@ def _ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso).timestamp() * 1000)
 
 
+@pytest.mark.slow  # about two minutes (a Connect server in the job): make test-all runs it
 def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
     bootstrap: str, tmp_path: Path
 ) -> None:

@@ -84,6 +84,20 @@ def _watermarked(jvm: Any, node: Any) -> list[tuple[str, bool]]:
     return out
 
 
+def _carried(jvm: Any, spine: list[Any]) -> int | None:
+    """Depth of the node whose last output column is :data:`EVENT_TIME_COLUMN`, if any.
+
+    The launcher adds that column to a ``foreachBatch`` query at start and hands the job's
+    function the batch without it; a DataFrame the function derives from the batch through
+    pass-through nodes still has it underneath.
+    """
+    for depth, plan in enumerate(spine):
+        names = [a.name() for a in _seq(jvm, plan.output())]
+        if names and names[-1] == EVENT_TIME_COLUMN and depth > 0:
+            return depth
+    return None
+
+
 def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[DataFrame, Found]:
     """``df`` with one more BIGINT column, :data:`EVENT_TIME_COLUMN`; same rows otherwise.
 
@@ -111,7 +125,11 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
         return ClassicDataFrame(jdf, spark)  # type: ignore[arg-type]
 
     chosen: tuple[int, DataFrame, str, str] | None = None  # depth, frame, sql, description
-    if expression is not None:
+    carried = _carried(jvm, spine)
+    if carried is not None:
+        # a foreachBatch DataFrame: the event time was computed on the streaming query at start
+        chosen = (carried, frame(spine[carried]), "", "the event time its query carries")
+    elif expression is not None:
         for depth, plan in enumerate(spine):
             f = df if depth == 0 else frame(plan)
             try:
@@ -140,8 +158,9 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
             if len(marked) > 1:
                 names = ", ".join(n for n, _ in marked)
                 raise EventTimeError(
-                    f"the query has more than one watermarked column ({names}); pass "
-                    "--event-time COLUMN to say which is the records' event time"
+                    f"the query has more than one watermarked column ({names}), as a "
+                    "stream-stream join keeps each side's; pass --event-time COLUMN or "
+                    "--event-time 'greatest(a, b)' to say which is the records' event time"
                 )
             name, is_window = marked[0]
             f = df if depth == 0 else frame(plan)
@@ -158,7 +177,7 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
                 "or --event-time 'SQL expression'"
             )
     depth, base, sql, what = chosen
-    with_col = base.selectExpr("*", f"{sql} AS {EVENT_TIME_COLUMN}")
+    with_col = base.selectExpr("*", f"{sql} AS {EVENT_TIME_COLUMN}") if sql else base
     if depth == 0:
         return with_col, Found(description=what, depth=0)
     # carry the new column up through the pass-through nodes above the one that computes it

@@ -6,11 +6,15 @@ PySpark's readers and writers:
 * ``writeStream.format("kafka")`` is always served by the tagging sink (:mod:`.tagger`): at
   ``start()`` the launcher finds the event time, then starts the same query (same output mode,
   trigger, name, checkpoint and options) with ``foreachBatch`` instead of the Kafka sink;
-* ``readStream.format("kafka")`` (and batch ``read``/``write``) use the Python source
-  ``cutover_kafka`` wherever Spark's JVM Kafka connector is absent (``--kafka-source``).
+* a ``foreachBatch`` function is wrapped (:mod:`.foreach_batch`) so the Kafka writes it makes
+  belong to its query's batch, and batch ``write.format("kafka")`` anywhere is tagged by the
+  tagger itself (:mod:`.batch_writer`), whichever connector the job has;
+* ``readStream.format("kafka")`` and batch ``read`` use the Python source ``cutover_kafka``
+  wherever Spark's JVM Kafka connector is absent (``--kafka-source``);
+* on Spark Connect, the Connect client's writers are patched instead (:mod:`.connect`).
 
-A problem the operator must fix (no event time, no topic) raises :class:`TaggerError` at
-``start()``, before any batch runs.
+A problem the operator must fix (no event time, no topic, complete output mode) raises
+:class:`TaggerError` at ``start()``, before any batch runs.
 """
 
 from __future__ import annotations
@@ -20,10 +24,15 @@ import runpy
 import sys
 from typing import Any
 
+from spark_tagger.batch_writer import save_tagged
+from spark_tagger.connect import install_connect
 from spark_tagger.event_time import EventTimeError, attach_event_time
+from spark_tagger.foreach_batch import TaggedForeachBatch
 from spark_tagger.kafka_source import NAME as PY_KAFKA
 from spark_tagger.kafka_source import CutoverKafka
 from spark_tagger.options import KafkaOptionError, SinkOptions
+from spark_tagger.output_modes import check_output_mode
+from spark_tagger.refusal import TaggerError
 from spark_tagger.tagger import BatchTagger, TagSettings
 
 JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -31,9 +40,7 @@ JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 _settings: TagSettings | None = None
 _originals: dict[tuple[type, str], Any] = {}
 
-
-class TaggerError(RuntimeError):
-    """The job cannot be tagged as written; the message says what to pass or change."""
+__all__ = ["TaggerError", "install", "run_job"]
 
 
 def jvm_kafka_available(spark: Any) -> bool:
@@ -104,7 +111,7 @@ def install(settings: TagSettings) -> None:
     from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
     from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
 
-    # --- reads (streaming and batch) and batch writes: Python connector if the JVM one is absent
+    # --- reads (streaming and batch): the Python connector if the JVM one is absent
     def make_format(cls: type) -> Any:
         original = _originals.get((cls, "format"), cls.format)
 
@@ -119,8 +126,9 @@ def install(settings: TagSettings) -> None:
 
         return format
 
-    for cls in (DataStreamReader, DataFrameReader, DataFrameWriter):
+    for cls in (DataStreamReader, DataFrameReader):
         _patch(cls, "format", make_format(cls))
+    _install_batch_writer(DataFrameWriter)
 
     # --- streaming writes: record what the job sets, swap the sink at start()
     dsw = DataStreamWriter
@@ -152,8 +160,11 @@ def install(settings: TagSettings) -> None:
         return _orig(dsw, "queryName")(self, queryName)
 
     def w_foreach_batch(self: Any, func: Any) -> Any:
-        _writer_state(self)["format"] = "foreachBatch"
-        return _orig(dsw, "foreachBatch")(self, func)
+        state = _writer_state(self)
+        state["format"] = "foreachBatch"
+        assert _settings is not None
+        state["foreachBatch"] = TaggedForeachBatch(func, self._spark, _settings, state)
+        return _orig(dsw, "foreachBatch")(self, state["foreachBatch"])
 
     def w_foreach(self: Any, f: Any) -> Any:
         _writer_state(self)["format"] = "foreach"
@@ -172,8 +183,11 @@ def install(settings: TagSettings) -> None:
             self.format(format)
         if queryName is not None:
             self.queryName(queryName)
-        if _is_kafka(_writer_state(self)["format"]):
+        state = _writer_state(self)
+        if _is_kafka(state["format"]):
             return start_tagged(self)
+        if state["format"] == "foreachBatch":
+            return start_foreach_batch(self, path)
         return _orig(dsw, "start")(self, path)
 
     _patch(dsw, "format", w_format)
@@ -187,10 +201,54 @@ def install(settings: TagSettings) -> None:
     _patch(dsw, "start", w_start)
 
 
+def _install_batch_writer(dfw: type) -> None:
+    """Batch ``write.format("kafka")``: recorded as the job sets it, tagged at ``save()``."""
+
+    def b_format(self: Any, source: str) -> Any:
+        _writer_state(self)["format"] = source
+        if _is_kafka(source):
+            return self  # the tagger writes; neither connector sees it
+        return _orig(dfw, "format")(self, source)
+
+    def b_option(self: Any, key: str, value: Any) -> Any:
+        _writer_state(self)["options"][key] = value
+        return _orig(dfw, "option")(self, key, value)
+
+    def b_options(self: Any, **options: Any) -> Any:
+        _writer_state(self)["options"].update(options)
+        return _orig(dfw, "options")(self, **options)
+
+    def b_mode(self: Any, saveMode: str | None) -> Any:
+        if saveMode is not None:
+            _writer_state(self)["mode"] = saveMode
+        return _orig(dfw, "mode")(self, saveMode)
+
+    def b_save(self: Any, path: str | None = None, format: str | None = None,
+               mode: str | None = None, partitionBy: Any = None, **options: Any) -> None:
+        if options:
+            self.options(**options)
+        if mode is not None:
+            self.mode(mode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if format is not None:
+            self.format(format)
+        state = _writer_state(self)
+        if not _is_kafka(state["format"]):
+            return _orig(dfw, "save")(self, path)  # type: ignore[no-any-return]
+        assert _settings is not None
+        save_tagged(self._df, state["options"], state.get("mode"), _settings)
+        return None
+
+    _patch(dfw, "format", b_format)
+    _patch(dfw, "option", b_option)
+    _patch(dfw, "options", b_options)
+    _patch(dfw, "mode", b_mode)
+    _patch(dfw, "save", b_save)
+
+
 def start_tagged(writer: Any) -> Any:
     """Start the job's Kafka-bound query through the tagging sink."""
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
     assert _settings is not None
     state = _writer_state(writer)
     options = {str(k): ("" if v is None else str(v)) for k, v in state["options"].items()}
@@ -203,6 +261,9 @@ def start_tagged(writer: Any) -> Any:
             "the job's Kafka sink has no .option('topic', ...); the tagger needs one output "
             "topic per query to send heartbeats to every partition of it"
         )
+    query = (f"query {state['queryName']!r}" if state["queryName"]
+             else f"the query writing to topic {sink.topic!r}")
+    check_output_mode(state["outputMode"], query, _settings.quiet)
     trigger = state["trigger"]
     if trigger is not None and "continuous" in trigger[1]:
         raise TaggerError("continuous triggers are not supported by the tagger (it works per "
@@ -211,36 +272,93 @@ def start_tagged(writer: Any) -> Any:
         tagged_df, found = attach_event_time(writer._df, _settings.event_time)
     except EventTimeError as exc:
         raise TaggerError(str(exc)) from None
-    spark = writer._spark
-    tagger = BatchTagger(spark, _settings, sink)
-    new = DataStreamWriter(tagged_df)
-    orig = _originals
-    if state["outputMode"] is not None:
-        orig[(DataStreamWriter, "outputMode")](new, state["outputMode"])
-    if trigger is not None:
-        orig[(DataStreamWriter, "trigger")](new, *trigger[0], **trigger[1])
-    if state["queryName"] is not None:
-        orig[(DataStreamWriter, "queryName")](new, state["queryName"])
-    for key, value in state["options"].items():
-        orig[(DataStreamWriter, "option")](new, key, value)
-    orig[(DataStreamWriter, "foreachBatch")](new, tagger)
+    tagger = BatchTagger(writer._spark, _settings, sink)
     if not _settings.quiet:
         print(f"cutover tag: version {_settings.version} -> topic {sink.topic}; event time: "
               f"{found.description}", file=sys.stderr, flush=True)
-    query = orig[(DataStreamWriter, "start")](new)
+    query = _started_again(state, tagged_df, tagger)
     tagger.query.set(query)
     return query
 
 
+def start_foreach_batch(writer: Any, path: str | None) -> Any:
+    """Start a ``foreachBatch`` query, its event time computed on the stream when it has one.
+
+    The column is added to the streaming DataFrame here, where the watermark is visible, and
+    the job's function gets each batch without it (:mod:`.foreach_batch`); the Kafka writes the
+    function makes find it underneath. A query without an event time starts unchanged: it may
+    write no Kafka at all, and a Kafka write it makes is refused then, before sending anything.
+    """
+    assert _settings is not None
+    state = _writer_state(writer)
+    wrapper = state["foreachBatch"]
+    try:
+        tagged_df, _found = attach_event_time(writer._df, _settings.event_time)
+    except EventTimeError:
+        query = _orig(type(writer), "start")(writer, path)
+    else:
+        wrapper.carried = True
+        query = _started_again(state, tagged_df, wrapper)
+    wrapper.query.set(query)
+    return query
+
+
+def _started_again(state: dict[str, Any], df: Any, func: Any) -> Any:
+    """The job's query, as its writer was set up, over ``df`` and through ``func``."""
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    new = DataStreamWriter(df)
+    orig = _originals
+    if state["outputMode"] is not None:
+        orig[(DataStreamWriter, "outputMode")](new, state["outputMode"])
+    if state["trigger"] is not None:
+        orig[(DataStreamWriter, "trigger")](new, *state["trigger"][0], **state["trigger"][1])
+    if state["queryName"] is not None:
+        orig[(DataStreamWriter, "queryName")](new, state["queryName"])
+    for key, value in state["options"].items():
+        orig[(DataStreamWriter, "option")](new, key, value)
+    orig[(DataStreamWriter, "foreachBatch")](new, func)
+    return orig[(DataStreamWriter, "start")](new)
+
+
+def _connect_requested(options: dict[str, Any]) -> str | None:
+    """How the job asks for Spark Connect, if it does (as ``Builder.getOrCreate`` decides)."""
+    if "spark.remote" in options:
+        return f"SparkSession.builder.remote({str(options['spark.remote'])!r})"
+    if str(options.get("spark.api.mode", os.environ.get("SPARK_API_MODE", ""))).lower() \
+            == "connect":
+        return "spark.api.mode=connect"
+    for env in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        if os.environ.get(env):
+            return f"{env} is set"
+    return None
+
+
+def _connect_needs_client(served: bool) -> None:
+    """Patch ``SparkSession.Builder.getOrCreate``: without PySpark's Connect client installed,
+    a Connect session is refused at creation with the fix, instead of an import error."""
+    from pyspark.sql.session import SparkSession
+
+    builder = SparkSession.Builder
+
+    def get_or_create(self: Any) -> Any:
+        how = _connect_requested(dict(self._options))
+        if how is not None and not served:
+            raise TaggerError(
+                f"the job builds a Spark Connect session ({how}) but PySpark's Connect client "
+                "is not installed, so the tagger cannot serve it; install pyspark[connect] "
+                "(grpcio, grpcio-status, googleapis-common-protos, zstandard)")
+        return _orig(builder, "getOrCreate")(self)
+
+    _patch(builder, "getOrCreate", get_or_create)
+
+
 def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
-    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
-        # Connect's writer classes are not the ones patched: the output would go out untagged
-        raise TaggerError("Spark Connect (SPARK_REMOTE) is not supported: the tagger runs the "
-                          "job as a classic Spark driver; unset SPARK_REMOTE")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     install(settings)
+    _connect_needs_client(install_connect(settings, _patch))
     job_dir = os.path.dirname(os.path.abspath(job))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [job, *args]

@@ -177,12 +177,13 @@ class SourceOptions(BaseModel):
 
 
 class Tagging(BaseModel):
-    """The ``bg.*`` stamp of one micro-batch; absent on an untagged write."""
+    """The ``bg.*`` stamp of one micro-batch (no batch for a plain batch write); absent on an
+    untagged write."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: str = Field(pattern=VERSION_PATTERN)
-    batch: int = Field(ge=0)
+    batch: int | None = Field(default=None, ge=0)
     watermark: int | None = None
     event_time_column: str
 

@@ -57,7 +57,8 @@ def tag_headers(tagging: Tagging, event_time: int | None) -> list[tuple[str, byt
         out.append((EVENT_TIME, str(int(event_time)).encode()))
     if tagging.watermark is not None:
         out.append((WATERMARK, str(tagging.watermark).encode()))
-    out.append((BATCH, str(tagging.batch).encode()))
+    if tagging.batch is not None:
+        out.append((BATCH, str(tagging.batch).encode()))
     return out
 
 

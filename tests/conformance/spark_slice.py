@@ -54,11 +54,24 @@ from tests.conformance.runner import (
     verify,
 )
 from tests.conformance.scenario import Failure, Scenario
-from tests.spark.spark_test_support import JOBS, TagRun, committed_batches, tag_command
+from tests.spark.spark_test_support import (
+    CONNECT_LOCAL_ENV,
+    JOBS,
+    TagRun,
+    committed_batches,
+    tag_command,
+)
 
-Job = Literal["windowed_totals", "enrich_orders"]
+Job = Literal["windowed_totals", "enrich_orders", "windowed_totals_foreach_batch",
+              "windowed_totals_connect"]
 JOB_FILES: dict[str, dict[str, str]] = {
     "windowed_totals": {OLD: "windowed_totals.py", NEW: "windowed_totals_green.py"},
+    # the same windows, written from foreachBatch with the batch Kafka writer
+    "windowed_totals_foreach_batch": {OLD: "windowed_totals_foreach_batch.py",
+                                      NEW: "windowed_totals_foreach_batch_green.py"},
+    # the same windows, the jobs' sessions on Spark Connect (remote("local[2]"))
+    "windowed_totals_connect": {OLD: "windowed_totals_connect.py",
+                                NEW: "windowed_totals_connect_green.py"},
     "enrich_orders": {OLD: "enrich_orders.py", NEW: "enrich_orders_green.py"},
 }
 WINDOW_MS = 10_000        # the windowed job's tumbling window
@@ -101,7 +114,7 @@ class SparkCell(BaseModel):
         return Scenario(sources=1, divergence="none",
                         idle="some" if len(busy) < RAW_PARTITIONS else "none",
                         failure=self.failure, identity="record", handover=self.handover,
-                        shape="windowed" if self.job == "windowed_totals" else "stateless",
+                        shape="windowed" if windowed(self.job) else "stateless",
                         seed=self.seed)
 
 
@@ -111,7 +124,14 @@ SPARK_CELLS = (
     # a wide margin keeps the transition PENDING long enough to kill blue inside it
     SparkCell(job="windowed_totals", handover="ordered", failure=Failure.OLD_JOB_REPLAY,
               seed=33, margin="60s"),
+    SparkCell(job="windowed_totals_foreach_batch", handover="ordered", seed=34),
+    SparkCell(job="windowed_totals_connect", handover="ordered", seed=35),
 )
+
+
+def windowed(job: str) -> bool:
+    """The jobs whose output is one record per closed window (the same values either way)."""
+    return job.startswith("windowed_totals")
 
 
 # -- input ------------------------------------------------------------------------------------
@@ -197,7 +217,7 @@ def canonical(fields: dict[str, Any]) -> bytes:
 def parse_output(job: str, value: bytes | None) -> tuple[bytes, dict[str, Any]]:
     """(identity, fields) of a record's value: (customer, window) or the order id."""
     v = json.loads(value or b"", parse_float=Decimal)
-    if job == "windowed_totals":
+    if windowed(job):
         v["window_start"], v["window_end"] = _ms(v["window_start"]), _ms(v["window_end"])
         return v["customer"].encode(), v
     return v["order_id"].encode(), v
@@ -246,7 +266,7 @@ def reference(job: str, orders: list[Order], pins: dict[int, int], final_wm: int
         version = NEW if t >= pins[p] else OLD
         ref[(p, ident, t)] = (version, canonical(value(version)))
 
-    if job == "windowed_totals":
+    if windowed(job):
         groups: dict[tuple[str, int], list[Order]] = {}
         for o in orders:
             groups.setdefault((o.customer, o.ts - o.ts % WINDOW_MS), []).append(o)
@@ -354,7 +374,9 @@ class SparkRun:
         self.jobs = {v: TagRun(tag_command(v, JOBS / JOB_FILES[self.cell.job][v], [
             "--bootstrap", self.bootstrap, "--input", self.input, "--output", self.raw,
             "--checkpoint", str(self.checkpoints[v]), "--trigger", "1 second"]),
-            self.tmp / f"{self.cell.job}-{v}.log") for v in (OLD, NEW)}
+            self.tmp / f"{self.cell.job}-{v}.log",
+            CONNECT_LOCAL_ENV if self.cell.job.endswith("_connect") else {})
+            for v in (OLD, NEW)}
         self.writer = InputWriter(self.bootstrap, self.input, self.cell.seed)
         self.follower = StatusFollower(self.bootstrap, self.status, self.route, RAW_PARTITIONS)
         self.worker: RouterChild | None = None

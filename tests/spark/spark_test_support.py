@@ -75,12 +75,14 @@ class TagRun:
 
     cmd: list[str]
     log: Path
+    env: dict[str, str] = field(default_factory=dict)  # over spark_env()
     proc: subprocess.Popen[bytes] = field(init=False)
 
     def start(self) -> TagRun:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=spark_env(),
+                                         stdin=subprocess.DEVNULL,
+                                         env={**spark_env(), **self.env},
                                          cwd=REPO, start_new_session=True)
         return self
 
@@ -111,8 +113,15 @@ class TagRun:
                 for line in self.text().splitlines() if marker in line]
 
 
-def run_tag(cmd: list[str], log: Path, timeout: float = 300.0) -> TagRun:
-    run = TagRun(cmd, log).start()
+# A job on Spark Connect with remote("local[N]") starts its own Connect server. PySpark's
+# testing mode binds it to an ephemeral port and has the client find it, so that two such jobs
+# (blue and green) can run side by side; without it every server takes port 15002.
+CONNECT_LOCAL_ENV = {"SPARK_TESTING": "1"}
+
+
+def run_tag(cmd: list[str], log: Path, timeout: float = 300.0,
+            env: dict[str, str] | None = None) -> TagRun:
+    run = TagRun(cmd, log, env or {}).start()
     code = run.wait(timeout)
     assert code == 0, f"cutover tag exited {code}:\n{run.tail()}"
     return run

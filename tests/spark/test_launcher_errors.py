@@ -87,14 +87,6 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
         assert r.header("bg.watermark") is None  # the query has no watermark
 
 
-def test_spark_connect_is_refused_rather_than_left_untagged() -> None:
-    env = {**spark_env(), "SPARK_REMOTE": "sc://localhost:15002"}
-    res = subprocess.run(tag_command("blue", JOBS / "windowed_totals.py", []), env=env,
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert res.returncode == 2 and "Spark Connect" in res.stderr
-    assert "Traceback" not in res.stderr
-
-
 def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
     res = _run(tag_command("blue", JOBS / "windowed_totals.py", [], flags=["--conf", "nokey"]))
     assert res.returncode == 2 and "is not KEY=VALUE" in res.stderr
@@ -102,3 +94,31 @@ def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
     assert submit_args("--master local[2] pyspark-shell", ["spark.ui.enabled=false"]) == (
         "--master 'local[2]' --conf spark.ui.enabled=false pyspark-shell")
     assert submit_args(None, ["a=b c"]) == "--conf 'a=b c' pyspark-shell"
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+@pytest.mark.parametrize(("shape", "sentence"), [
+    ("overwrite", "cutover tag: the Kafka write in the foreachBatch function of query 'mirror' "
+                  "uses save mode 'overwrite', which Spark's Kafka connector does not allow "
+                  "either; use mode('append') or leave the default"),
+    ("complete", "cutover tag: the query writing to topic {sink!r} uses complete output mode"),
+    pytest.param("plain-batch", "cutover tag: a batch Kafka write outside any streaming "
+                 "query's foreachBatch has no watermark to take its records' event time from; "
+                 "pass --event-time COLUMN|EXPR", marks=pytest.mark.slow),
+])
+def test_shapes_that_cannot_be_tagged_stop_before_writing_with_a_sentence(
+    bootstrap: str, tmp_path: Path, shape: str, sentence: str
+) -> None:
+    tin, tout = f"refused-in-{uuid.uuid4().hex[:8]}", f"refused-out-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 2, tout: 2})
+    write_orders(bootstrap, tin, make_orders(EventSpec(count=20)))
+    ck = tmp_path / "ck"
+    res = _run(tag_command("blue", TEST_JOBS / "refused_shapes.py",
+                           [bootstrap, tin, tout, str(ck), shape]))
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith(sentence.format(sink=tout)), last
+    assert "Traceback" not in res.stderr
+    assert read_topic(bootstrap, tout) == []  # nothing written, tagged or not
+    assert not (ck / "commits").exists() or not any((ck / "commits").iterdir())

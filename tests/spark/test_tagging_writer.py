@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any
 
@@ -12,7 +11,7 @@ from cutover.broker import create_topics
 from cutover.headers import BATCH, EVENT_TIME, VERSION, WATERMARK
 from spark_tagger.options import SinkOptions, Tagging
 from spark_tagger.partitioner import partition_for
-from spark_tagger.tagger import _write_task
+from spark_tagger.tagger import TopicCount, write_tagged
 from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
@@ -31,12 +30,10 @@ def test_job_headers_kept_reserved_ones_replaced_null_event_time_left_out(
     df = spark.createDataFrame(
         rows, "key STRING, value STRING, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, "
               "__bg_event_time BIGINT")
-    opts = SinkOptions(client={"bootstrap.servers": bootstrap}, topic=topic,
-                       tagging=Tagging(version="green", batch=7, watermark=None,
-                                       event_time_column="__bg_event_time"))
-    out = df.coalesce(1).mapInArrow(functools.partial(_write_task, opts),
-                                    "records LONG, without_event_time LONG").collect()
-    assert (out[0].records, out[0].without_event_time) == (3, 1)
+    sink = SinkOptions(client={"bootstrap.servers": bootstrap}, topic=topic)
+    counts = write_tagged(df.coalesce(1), sink, Tagging(
+        version="green", batch=7, watermark=None, event_time_column="__bg_event_time"))
+    assert counts == [TopicCount(topic=topic, records=3, without_event_time=1)]
     got = {r.value: r for r in read_topic(bootstrap, topic)}
     a, b, c = got[b"v1"], got[b"v2"], got[b"v3"]
     assert a.key == b"a" and a.partition == partition_for(b"a", None, 3)

@@ -1,0 +1,254 @@
+"""Jobs on Spark Connect (``SparkSession.builder.remote(...)``): their Kafka sinks, tagged.
+
+On Connect the job's process is a client: each query is a plan sent to the Connect server, and
+its ``foreachBatch`` function is pickled and run by the server's Python. So a
+``writeStream.format("kafka")`` query is started the same way as on a classic driver, as a
+plan: the event-time column is added to the client's plan (found from the schemas the server
+reports, which carry Spark's watermark marks), the Kafka sink becomes ``foreachBatch`` with
+:class:`ConnectBatchTagger`, and every other setting of the query (options, checkpoint,
+trigger, output mode, name) is left as the job set it. The tagger object is plain data; the
+server's Python imports :mod:`spark_tagger` to run it (the README says how to ship it), reads
+the batch's watermark from the checkpoint through the server, and produces from the server's
+executors as on a classic driver.
+
+Refused at start on Connect, naming the query: a job's own ``foreachBatch`` function (it runs
+in the server's Python, where the tagger cannot tie the Kafka writes it makes to the batch),
+batch Kafka writes (``df.write.format("kafka")``), and two queries writing one topic (each
+query's tagger runs in its own server-side process, so heartbeats cannot carry the lower of
+their watermarks, see :class:`.tagger.SharedTopicWatermarks`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from spark_tagger.checkpoint import parse_offset_log
+from spark_tagger.event_time import (
+    EVENT_TIME_COLUMN,
+    TIME_WINDOW_KEY,
+    WATERMARK_KEY,
+    EventTimeError,
+    millis_sql,
+)
+from spark_tagger.options import SinkOptions, Tagging
+from spark_tagger.output_modes import check_output_mode
+from spark_tagger.refusal import TaggerError
+from spark_tagger.tagger import BatchReport, TagSettings, say, send_heartbeats, write_tagged
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+
+# Client plan nodes whose rows are their child's rows (possibly fewer, reordered or renamed)
+_PASSTHROUGH = {"Project", "Filter", "SubqueryAlias", "Sort", "Repartition",
+                "RepartitionByExpression", "Hint", "Sample", "WithColumns", "Drop",
+                "WithColumnsRenamed"}
+
+
+_TOPICS: set[str] = set()  # the topics this job's Connect queries write
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def attach_event_time_connect(df: ConnectDataFrame, expression: str | None
+                              ) -> tuple[ConnectDataFrame, str]:
+    """``df`` with :data:`EVENT_TIME_COLUMN` added, by the rules of :mod:`.event_time`."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql.connect import functions as CF
+    from pyspark.sql.connect.dataframe import DataFrame as CDF
+
+    session = df.sparkSession
+    spine = [df._plan]
+    while type(spine[-1]).__name__ in _PASSTHROUGH and spine[-1]._child is not None:
+        spine.append(spine[-1]._child)
+
+    def frame(depth: int) -> ConnectDataFrame:
+        return df if depth == 0 else CDF(spine[depth], session)
+
+    chosen: tuple[int, str, str] | None = None  # depth, sql, description
+    if expression is not None:
+        for depth in range(len(spine)):
+            try:
+                probe = frame(depth).selectExpr(f"({expression}) AS {EVENT_TIME_COLUMN}")
+                type_json = json.loads(probe.schema.fields[0].dataType.json())
+            except AnalysisException:
+                continue
+            try:
+                sql = millis_sql(f"({expression})", type_json)
+            except EventTimeError as exc:
+                raise EventTimeError(f"--event-time {expression!r}: {exc}; pass a timestamp, "
+                                     "a window or epoch milliseconds") from None
+            chosen = (depth, sql, f"--event-time {expression}")
+            break
+        if chosen is None:
+            raise EventTimeError(f"--event-time {expression!r} does not resolve against the "
+                                 "written DataFrame nor the plan below it; name a column the "
+                                 "job has (before its final select)")
+    else:
+        for depth in range(len(spine)):
+            fields = frame(depth).schema.fields
+            marked = [f for f in fields if WATERMARK_KEY in (f.metadata or {})]
+            if not marked:
+                continue
+            if len(marked) > 1:
+                names = ", ".join(f.name for f in marked)
+                raise EventTimeError(
+                    f"the query has more than one watermarked column ({names}), as a "
+                    "stream-stream join keeps each side's; pass --event-time COLUMN or "
+                    "--event-time 'greatest(a, b)' to say which is the records' event time")
+            f = marked[0]
+            sql = millis_sql(_quote(f.name), json.loads(f.dataType.json()))
+            what = (f"end of window column {f.name!r}" if TIME_WINDOW_KEY in f.metadata
+                    else f"watermark column {f.name!r}")
+            chosen = (depth, sql, what)
+            break
+        if chosen is None:
+            raise EventTimeError(
+                "cannot tell the event time of the output records: the query defines no "
+                "watermark (withWatermark) on a column that reaches the written DataFrame; "
+                "pass --event-time COLUMN (a timestamp or epoch-ms column of the job's data) "
+                "or --event-time 'SQL expression'")
+    depth, sql, what = chosen
+    plan: Any = frame(depth).selectExpr("*", f"{sql} AS {EVENT_TIME_COLUMN}")._plan
+    for above in reversed(spine[:depth]):
+        node: Any = copy.copy(above)
+        node._child = plan
+        if type(node).__name__ == "Project":
+            node._columns = [*node._columns, CF.col(EVENT_TIME_COLUMN)]
+        plan = node
+    out = CDF(plan, session)
+    if out.columns[:-1] != df.columns:
+        raise EventTimeError("internal: carrying the event time changed the job's columns "
+                             f"({df.columns} -> {out.columns})")
+    return out, what
+
+
+class ConnectBatchTagger:
+    """The ``foreachBatch`` function of a tagged query on Connect (pickled to the server)."""
+
+    def __init__(self, settings: TagSettings, sink: SinkOptions, checkpoint: str) -> None:
+        assert sink.topic is not None
+        self.settings = settings
+        self.sink = sink
+        self.topic: str = sink.topic
+        self.checkpoint = checkpoint.rstrip("/")
+
+    def watermark(self, batch_df: Any, batch_id: int) -> int | None:
+        """The batch's watermark from ``offsets/<batch_id>``, read through the server."""
+        rows = batch_df.sparkSession.read.text(f"{self.checkpoint}/offsets/{batch_id}",
+                                               wholetext=True).collect()
+        return parse_offset_log(rows[0][0]).batchWatermarkMs or None
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        watermark = self.watermark(batch_df, batch_id)
+        tagging = Tagging(version=self.settings.version, batch=batch_id, watermark=watermark,
+                          event_time_column=EVENT_TIME_COLUMN)
+        counts = write_tagged(batch_df, self.sink, tagging)
+        beats = send_heartbeats(self.sink, self.topic, self.settings.version, watermark,
+                                batch_id)
+        say(self.settings, BatchReport(
+            version=self.settings.version, batch=batch_id, watermark=watermark,
+            records=sum(c.records for c in counts),
+            without_event_time=sum(c.without_event_time for c in counts), heartbeats=beats,
+            topic=self.topic, seconds=round(time.monotonic() - started, 3)))
+
+
+def _query(proto: Any, fallback: str) -> str:
+    return f"query {proto.query_name!r}" if proto.query_name else fallback
+
+
+def start_connect(writer: Any, settings: TagSettings) -> None:
+    """Before a Connect query starts: tag a Kafka sink in place, refuse what can't be tagged."""
+    proto = writer._write_proto
+    if proto.HasField("foreach_batch"):
+        raise TaggerError(
+            f"{_query(proto, 'a foreachBatch query')} runs its foreachBatch function in the "
+            "Spark Connect server's Python, where the tagger cannot tie the Kafka writes it "
+            "makes to the batch; on Connect write to Kafka with writeStream.format('kafka'), "
+            "or run the job on a classic session")
+    if proto.format.strip().lower() != "kafka":
+        return
+    options = dict(proto.options)
+    try:
+        sink = SinkOptions.from_options(options)
+    except ValueError as exc:
+        raise TaggerError(f"the job's Kafka sink: {exc}") from None
+    if sink.topic is None:
+        raise TaggerError("the job's Kafka sink has no .option('topic', ...); the tagger needs "
+                          "one output topic per query to send heartbeats to every partition")
+    query = _query(proto, f"the query writing to topic {sink.topic!r}")
+    if sink.topic in _TOPICS:
+        raise TaggerError(
+            f"{query} writes to topic {sink.topic!r}, which another query of the job writes "
+            "too; on Spark Connect each query's tagger runs in its own server-side process, "
+            "so their heartbeats cannot carry the lower of the two watermarks: give each query "
+            "its own topic")
+    checkpoint = options.get("checkpointLocation")
+    if not checkpoint:
+        raise TaggerError(f"{query} has no checkpointLocation option; on Spark Connect the "
+                          "tagger reads each batch's watermark from the query's checkpoint, so "
+                          "set .option('checkpointLocation', ...)")
+    check_output_mode(proto.output_mode or None, query, settings.quiet)
+    if proto.HasField("continuous_checkpoint_interval"):
+        raise TaggerError("continuous triggers are not supported by the tagger (it works per "
+                          "micro-batch); use processingTime or availableNow")
+    from pyspark.sql.connect.dataframe import DataFrame as CDF
+
+    df = CDF(writer._write_stream._child, writer._session)
+    try:
+        tagged, what = attach_event_time_connect(df, settings.event_time)
+    except EventTimeError as exc:
+        raise TaggerError(str(exc)) from None
+    writer._write_stream._child = tagged._plan
+    proto.ClearField("format")
+    writer.foreachBatch(ConnectBatchTagger(settings, sink, checkpoint))  # pickled as data
+    _TOPICS.add(sink.topic)
+    if not settings.quiet:
+        print(f"cutover tag: version {settings.version} -> topic {sink.topic}; event time: "
+              f"{what} (Spark Connect)", file=sys.stderr, flush=True)
+
+
+def install_connect(settings: TagSettings, patch: Any) -> bool:
+    """Patch Connect's writers (when PySpark's Connect client is installed)."""
+    try:
+        from pyspark.sql.connect.readwriter import DataFrameWriter
+        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter
+    except ImportError:
+        return False
+    original_start = DataStreamWriter._start_internal
+
+    def start_internal(self: Any, path: str | None = None, tableName: str | None = None,
+                       format: str | None = None, outputMode: str | None = None,
+                       partitionBy: Any = None, queryName: str | None = None,
+                       **options: Any) -> Any:
+        # what start() was given goes into the query's settings first, as Spark's own does
+        self.options(**options)
+        for setter, value in (("format", format), ("outputMode", outputMode),
+                              ("queryName", queryName)):
+            if value is not None:
+                getattr(self, setter)(value)
+        start_connect(self, settings)
+        return original_start(self, path=path, tableName=tableName, partitionBy=partitionBy)
+
+    original_save = DataFrameWriter.save
+
+    def save(self: Any, path: str | None = None, format: str | None = None,
+             mode: str | None = None, partitionBy: Any = None, **options: Any) -> Any:
+        source = format or self._write.source
+        if isinstance(source, str) and source.strip().lower() == "kafka":
+            raise TaggerError(
+                "the job writes to Kafka with the batch writer (df.write.format('kafka')) on "
+                "Spark Connect, where the tagger does not serve it; write to Kafka from a "
+                "streaming query with writeStream.format('kafka'), or run the job on a "
+                "classic session")
+        return original_save(self, path, format, mode, partitionBy, **options)
+
+    patch(DataStreamWriter, "_start_internal", start_internal)
+    patch(DataFrameWriter, "save", save)
+    return True

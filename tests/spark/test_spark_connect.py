@@ -1,0 +1,156 @@
+"""Jobs on Spark Connect under ``cutover tag``.
+
+The windowed example with its session built by ``SparkSession.builder.remote("local[2]")``
+(a Connect server started in the job's process, its queries run there, its foreachBatch in the
+server's own Python workers): every record is checked against the input and the checkpoint as
+on a classic driver (window end as event time, the batch that emitted it, that batch's
+watermark, heartbeats on every partition). What Connect cannot serve is refused at start with
+the sentence: a job's own foreachBatch function, a batch Kafka write.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from spark_test_support import (
+    CONNECT_LOCAL_ENV,
+    JOBS,
+    REPO,
+    TEST_JOBS,
+    assign_batches,
+    committed_batches,
+    expected_watermarks,
+    offset_logs,
+    orders_by_position,
+    run_tag,
+    spark_env,
+    tag_command,
+)
+
+from cutover.broker import create_topics
+from cutover.cli.orders import EventSpec, make_orders, write_orders
+from cutover.headers import KIND, parse_headers
+from spark_tagger.partitioner import partition_for
+from tests.conformance.spark_slice import RAW_PARTITIONS, SPARK_CELLS, run_spark_cell
+from tests.topics import read_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+WINDOW_MS, DELAY_MS, PARTITIONS = 10_000, 5_000, 5
+SPEC = EventSpec(seed=81, count=240, customers=3, step_ms=250, max_disorder_ms=2_000,
+                 closing_gap_ms=60_000)
+
+
+def _ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
+@pytest.mark.slow  # about two minutes (a Connect server in the job): make test-all runs it
+def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    n = uuid.uuid4().hex[:8]
+    tin, out = f"connect-in-{n}", f"connect-out-{n}"
+    create_topics(bootstrap, {tin: 2, out: PARTITIONS})
+    write_orders(bootstrap, tin, make_orders(SPEC))
+    ck = tmp_path / "ck"
+    run = run_tag(tag_command("blue", JOBS / "windowed_totals_connect.py", [
+        "--remote", "local[2]", "--bootstrap", bootstrap, "--input", tin, "--output", out,
+        "--checkpoint", str(ck), "--available-now", "--max-offsets-per-trigger", "60"]),
+        tmp_path / "job.log", timeout=600, env=CONNECT_LOCAL_ENV)
+    assert "event time: end of window column 'window' (Spark Connect)" in run.text()
+    orders = orders_by_position(read_topic(bootstrap, tin))
+    logs = offset_logs(ck, tin)
+    wms = expected_watermarks(logs, orders, DELAY_MS)
+    assert {log.batch: (log.meta.batchWatermarkMs or None) for log in logs} == wms
+    assert len(logs) >= 3 and committed_batches(ck) == {log.batch for log in logs}
+    batch_of = assign_batches(logs, orders)
+    expected: dict[tuple[str, int], tuple[int, int]] = {}  # window -> (batch, orders)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for pos, o in orders.items():
+        start = o.ts - o.ts % WINDOW_MS
+        if (wms[batch_of[pos]] or 0) < start + WINDOW_MS:
+            groups.setdefault((o.customer, start), []).append(o.ts)
+    for (customer, start), members in groups.items():
+        emit = next((log.batch for log in logs if (wms[log.batch] or 0) >= start + WINDOW_MS),
+                    None)
+        if emit is not None:
+            expected[(customer, start)] = (emit, len(members))
+    records = read_topic(bootstrap, out)
+    got: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in records:
+        tagged = parse_headers(list(r.headers))
+        assert tagged.version == "blue"
+        if r.header(KIND):
+            continue
+        v = json.loads(r.value or b"", parse_float=Decimal)
+        start = _ms(v["window_start"])
+        assert (v["customer"], start) not in got, "duplicate"
+        got[(v["customer"], start)] = (tagged.batch or 0, v["orders"])
+        assert tagged.event_time == start + WINDOW_MS
+        assert tagged.watermark == wms[tagged.batch or 0]
+        assert r.partition == partition_for(r.key, None, PARTITIONS)
+    assert got == expected and len(got) > 10
+    beats = sorted((r.partition, int(r.header("bg.batch") or -1)) for r in records
+                   if r.header(KIND))
+    assert beats == sorted((p, b) for p in range(PARTITIONS) for b in wms)
+
+
+@pytest.mark.parametrize(("shape", "sentence"), [
+    ("foreach-batch", "cutover tag: query 'mirror' runs its foreachBatch function in the Spark "
+                      "Connect server's Python, where the tagger cannot tie the Kafka writes it "
+                      "makes to the batch; on Connect write to Kafka with "
+                      "writeStream.format('kafka'), or run the job on a classic session"),
+    pytest.param("batch-write", "cutover tag: the job writes to Kafka with the batch writer "
+                 "(df.write.format('kafka')) on Spark Connect, where the tagger does not "
+                 "serve it; write to Kafka from a streaming query with "
+                 "writeStream.format('kafka'), or run the job on a classic session",
+                 marks=pytest.mark.slow),
+    pytest.param("shared-topic", "cutover tag: the query writing to topic {out!r} writes to "
+                 "topic {out!r}, which another query of the job writes too; on Spark Connect "
+                 "each query's tagger runs in its own server-side process, so their heartbeats "
+                 "cannot carry the lower of the two watermarks: give each query its own topic",
+                 marks=pytest.mark.slow),
+])
+def test_what_connect_cannot_serve_is_refused_at_start(
+    bootstrap: str, tmp_path: Path, shape: str, sentence: str
+) -> None:
+    n = uuid.uuid4().hex[:8]
+    tin, out = f"connect-r-in-{n}", f"connect-r-out-{n}"
+    create_topics(bootstrap, {tin: 2, out: 2})
+    write_orders(bootstrap, tin, make_orders(EventSpec(count=20)))
+    res = subprocess.run(tag_command("blue", TEST_JOBS / "connect_session.py",
+                                     ["local[2]", bootstrap, tin, out, str(tmp_path / "ck"),
+                                      shape]),
+                         capture_output=True, text=True, timeout=300,
+                         env={**spark_env(), **CONNECT_LOCAL_ENV},
+                         cwd=REPO, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2, res.stderr[-3000:]
+    # the sentence is the launcher's last word (Spark's server, stopping, may log after it)
+    assert sentence.format(out=out) in res.stderr.splitlines(), res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    # nothing untagged: the shared-topic job's first query started (tagged) before the refusal
+    assert all(r.header("bg.version") == "blue" for r in read_topic(bootstrap, out))
+
+
+@pytest.mark.slow
+def test_connect_windows_blue_then_green_through_the_router_equal_the_reference(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The conformance grid's Spark Connect cell: both versions on Connect, side by side, a
+    switch, blue torn down; the output against the reference computed from the input."""
+    cell = next(c for c in SPARK_CELLS if c.job == "windowed_totals_connect")
+    r = run_spark_cell(cell, bootstrap, tmp_path)
+    detail = (f"expected={r.expected} forwarded={r.forwarded} lost={r.lost} "
+              f"dup={r.duplicated} wrong={r.wrong_version} unexpected={r.unexpected} "
+              f"order={r.order_violations} dlq={r.dead_lettered} clear={r.clear_s}s "
+              f"boundary={r.boundary} pins={r.pins} ({r.duration_s}s) {r.notes}")
+    assert r.passed, "; ".join(r.reasons) + "\n" + detail
+    assert r.expected >= 40 and r.forwarded == r.expected and r.order_violations == 0, detail
+    assert r.boundary is not None and len(r.pins) == RAW_PARTITIONS and r.clear_s is not None

@@ -26,7 +26,8 @@ from spark_tagger.checkpoint import parse_offset_log
 from spark_tagger.partitioner import partition_for
 from tests.topics import read_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker]
+# slow: make test-all runs it; the default suite keeps CI's 25-minute budget
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 ORDER_DELAY_MS, PAYMENT_DELAY_MS, PAY_WITHIN_MS = 10_000, 15_000, 30_000
 OUT_PARTITIONS = 3

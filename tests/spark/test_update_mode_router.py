@@ -39,7 +39,8 @@ from tests.children import RouterChild
 from tests.conformance.runner import run_cli
 from tests.topics import RawRecord, read_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker]
+# slow: make test-all runs it; the default suite keeps CI's 25-minute budget
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 WINDOW_MS = 10_000
 DELAY_MS = 5_000

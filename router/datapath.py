@@ -38,26 +38,32 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
-from router.checkpoint import Checkpoint, checkpoint_topic, read_checkpoints, write_checkpoints
+from router.checkpoint import (
+    Checkpoint,
+    checkpoint_topic,
+    produce_checkpoint,
+    read_checkpoints,
+    write_checkpoints,
+)
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
+from router.errors import BatchAborted, FailpointHit, OutputWriteFailed, ProducerFenced
+from router.failpoints import fire, pause_at, raise_at
 from router.gc_pause import batch_gc_pause
-from router.kafka_io import BrokerUnavailable, client_conf, wait_for_broker
+from router.kafka_io import BrokerUnavailable, client_conf, wait_for_broker, wait_stable
 from router.output_writer import OutputWriter
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import PartitionView, StatusBoard
 from router.takeover import take_over
 from router.topics import check_routes, ensure_checkpoint_topic
+from router.transactions import PartitionKey, PartitionTransactions, transactions_on
 
 log = logging.getLogger("cutover.router")
 
 BATCH = 20_000
 POLL_S = 0.05
-# Test-only crash point: "after-checkpoint" exits right after a batch's checkpoint is durable
-# and before its output is produced (the window the resume-offset rule exists for).
-FAILPOINT = os.environ.get("CUTOVER_FAILPOINT", "")
 SESSION_TIMEOUT_MS = 6000
 
 
@@ -89,6 +95,7 @@ class DataPath:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
+        self._txn: PartitionTransactions | None = None
         self._control: ControlReader | None = None
         self._by_tp: dict[tuple[str, int], Owned] = {}
 
@@ -109,6 +116,8 @@ class DataPath:
         self.topic_route.update({t: rt for rt in self.routes.values()
                                  for t in rt.settings.inputs})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
+        if transactions_on(self.settings):
+            self._txn = PartitionTransactions(self.settings)
         self._producer = Producer(client_conf(
             self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
                                           "queue.buffering.max.messages": 1_000_000,
@@ -126,7 +135,8 @@ class DataPath:
         self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
         self.ready.set()
-        log.info("router worker %s started: routes %s", self.worker_id, sorted(self.routes))
+        log.info("router worker %s started: routes %s, transactions %s", self.worker_id,
+                 sorted(self.routes), "on" if self._txn is not None else "off")
         try:
             while not self.stop_event.is_set():
                 self.step()
@@ -164,6 +174,8 @@ class DataPath:
         for owned in self.owned.values():
             owned.store.close()
         self.owned.clear()
+        if self._txn is not None:
+            self._txn.close()
         if self._control is not None:
             self._control.close()
         if self._producer is not None:
@@ -200,6 +212,8 @@ class DataPath:
             owned = self.owned.pop(key, None)
             if owned is not None:
                 owned.store.close()
+        if self._txn is not None:
+            self._txn.drop(keys)
         self._index()
         if keys:
             self.board.changed = True
@@ -214,9 +228,11 @@ class DataPath:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
         conf = client_conf(self.settings)
+        fresh = [k for k in keys if k not in self.owned]
+        self._fence_previous_owners(conf, fresh)
         ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
         self.owned.update(take_over(conf, self.routes, self.book.plans,
-                                    {k: ckpts.get(k) for k in keys if k not in self.owned},
+                                    {k: ckpts.get(k) for k in fresh},
                                     self.settings.state_dir, self._low_offset))
         assign = []
         for tp in partitions:
@@ -230,6 +246,18 @@ class DataPath:
         self._index()
         self.board.changed = True
         log.info("took over partitions %s", keys)
+
+    def _fence_previous_owners(self, conf: dict[str, Any], keys: list[PartitionKey]) -> None:
+        """With transactions: start the partitions' producers, which aborts and fences the
+        previous owners' open transactions, and let other open transactions on the checkpoint
+        topic end, so that the newest committed checkpoint is read."""
+        if self._txn is None or not keys:
+            return
+        self._txn.take(keys)
+        if not wait_stable(conf, self.ckpt_topic):
+            log.warning("checkpoint topic %s: a transaction stayed open; resuming from the "
+                        "newest checkpoint before it (more is replayed, nothing is lost)",
+                        self.ckpt_topic)
 
     def _low_offset(self, topic: str, partition: int) -> int:
         assert self._consumer is not None
@@ -354,7 +382,6 @@ class DataPath:
             return
         pending_out = len(writer.queue)
         ckpts: list[Checkpoint] = []
-        commits: list[TopicPartition] = []
         for owned in dirty:
             rs = owned.route.settings
             at = owned.durability.next_checkpoint(owned.held_refs(), owned.router.horizon,
@@ -363,22 +390,21 @@ class DataPath:
                 route=rs.name, partition=owned.partition, seq=at.seq, offsets=at.offsets,
                 snapshot=owned.router.snapshot(), readback_from=at.readback_from,
                 rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
-            commits.extend(TopicPartition(t, owned.partition, o) for t, o in at.offsets.items())
         self._check_ownership()
-        if ckpts:
-            write_checkpoints(self._producer, self.ckpt_topic, ckpts)
-            if FAILPOINT == "after-checkpoint" and writer.queue:
-                log.error("failpoint after-checkpoint: exiting before the batch's output")
-                os._exit(137)
-        if writer.queue:
-            self._check_ownership()  # again, as late as possible before writing
-            writer.fence_foreign_writes(self.owned.values())
-            writer.produce(self.owned.values(), lambda: self.clock.left(0.9))
-            self._check_ownership(after_write=True)
+        if self._txn is not None:
+            self._write_in_transactions(dirty, ckpts)
+            dirty = [o for o in dirty  # an aborted partition was taken over again
+                     if self.owned.get((o.route.settings.name, o.partition)) is o]
+        else:
+            self._write_checkpoint_first(ckpts)
+        commits: list[TopicPartition] = []
         for owned in dirty:
             owned.store.put_meta("seq", str(owned.durability.seq).encode())
             owned.store.flush()
             owned.durability.batch_done()
+            ck = next(c for c in ckpts if c.route == owned.route.settings.name
+                      and c.partition == owned.partition)
+            commits.extend(TopicPartition(t, owned.partition, o) for t, o in ck.offsets.items())
         if commits:
             try:
                 self._consumer.commit(offsets=commits, asynchronous=True)
@@ -387,6 +413,103 @@ class DataPath:
         if time.monotonic() - self._last_purge > 30:
             self._purge()
         self.board.changed = self.board.changed or pending_out > 0
+
+    def _write_checkpoint_first(self, ckpts: list[Checkpoint]) -> None:
+        """Without transactions: the checkpoint is durable before any output of the batch."""
+        assert self._producer is not None and self._writer is not None
+        writer = self._writer
+        if ckpts:
+            write_checkpoints(self._producer, self.ckpt_topic, ckpts)
+            if writer.queue and fire("after-checkpoint"):
+                os._exit(137)
+        if writer.queue:
+            self._check_ownership()  # again, as late as possible before writing
+            writer.fence_foreign_writes(self.owned.values())
+            writer.produce(self.owned.values(), lambda: self.clock.left(0.9))
+            pause_at("pause-before-commit")
+            self._check_ownership(after_write=True)
+
+    def _write_in_transactions(self, dirty: list[Owned], ckpts: list[Checkpoint]) -> None:
+        """One transaction per written partition: checkpoint, output, dead letters, shadow
+        copies. A partition whose batch is aborted is replayed from its checkpoint; a fenced
+        one (a newer owner exists) makes the worker give up its partitions and rejoin."""
+        txn, writer = self._txn, self._writer
+        assert txn is not None and writer is not None
+        keys = {(o.route.settings.name, o.partition) for o in dirty}
+        keys |= {(txn.route_of[topic], p) for topic, p, *_ in writer.queue}
+        written: list[Owned] = []
+        try:
+            txn.begin(keys)
+            if writer.queue:
+                raise_at("txn-before-send")
+            for ck in ckpts:
+                produce_checkpoint(txn.producers[(ck.route, ck.partition)], self.ckpt_topic, ck)
+            if writer.queue and fire("after-checkpoint"):
+                txn.flush(keys)
+                os._exit(137)
+            if writer.queue:
+                self._check_ownership()  # again, as late as possible before writing
+                writer.fence_foreign_writes(self.owned.values())
+                written = writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
+                                         txn.producer_of)
+                raise_at("txn-after-send")
+                pause_at("pause-before-commit")
+                self._check_ownership(after_write=True)
+        except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
+            writer.queue.clear()
+            log.warning("batch aborted before its commit (%s)", exc)
+            fenced = txn.abort(keys)
+            self._recover(keys - fenced, fenced)
+            return
+        aborted: set[PartitionKey] = set()
+        fenced = set()
+        for key in sorted(keys):
+            try:
+                txn.commit(key)
+            except BatchAborted as exc:
+                log.warning("%s", exc)
+                aborted.add(key)
+            except ProducerFenced as exc:
+                log.error("%s", exc)
+                fenced.add(key)
+        for owned in written:
+            if (owned.route.settings.name, owned.partition) not in aborted | fenced:
+                owned.durability.committed()
+        self._recover(aborted, fenced)
+
+    def _recover(self, aborted: set[PartitionKey], fenced: set[PartitionKey]) -> None:
+        """After a failed batch: a fenced producer means a newer owner has the partition, so
+        give up every partition and rejoin the group (the group says who owns what); aborted
+        partitions are taken over again from their checkpoints and replayed."""
+        assert self._consumer is not None
+        if fenced:
+            log.error("partitions %s have a newer owner (producer fenced): giving up this "
+                      "worker's partitions and rejoining the group", sorted(fenced))
+            self._consumer.close()
+            self._drop(set(self.owned))
+            self._consumer = self._make_consumer()
+            self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
+                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
+            return
+        if not aborted:
+            return
+        for key in aborted:
+            owned = self.owned.pop(key, None)
+            if owned is not None:
+                owned.store.close()  # its unflushed identities are the aborted batch's
+        conf = client_conf(self.settings)
+        wait_stable(conf, self.ckpt_topic)
+        ckpts = read_checkpoints(conf, self.ckpt_topic, aborted)
+        fresh = take_over(conf, self.routes, self.book.plans, {k: ckpts.get(k) for k in aborted},
+                          self.settings.state_dir, self._low_offset)
+        self.owned.update(fresh)
+        for (_, p), owned in fresh.items():
+            for t in owned.route.settings.inputs:
+                self._consumer.seek(TopicPartition(t, p, owned.durability.next_offsets[t]))
+        self._index()
+        self.board.changed = True
+        log.warning("partitions %s: batch aborted; replaying from their checkpoints",
+                    sorted(aborted))
 
     def _check_ownership(self, after_write: bool = False) -> None:
         assert self._consumer is not None

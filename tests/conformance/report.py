@@ -30,12 +30,13 @@ COLUMNS = ("#", "sources", "divergence", "idle", "failure", "identity", "handove
 def progress_line(i: int, n: int, r: CellResult) -> str:
     if r.not_applicable is not None:
         return f"[{i:2}/{n}] N/A  {r.cell.id}: {r.not_applicable}"
-    mark = "PASS" if r.passed else "FAIL"
+    mark = "PASS" if r.passed else "RESIDUAL" if r.residual else "FAIL"
     return (f"[{i:2}/{n}] {mark} {r.cell.id}: expected={r.expected} forwarded={r.forwarded} "
             f"lost={r.lost} dup={r.duplicated} wrong={r.wrong_version} "
             f"order={r.order_violations} dlq={r.dead_lettered} clear={r.clear_s}s "
             f"({r.duration_s}s){''.join(' [' + n + ']' for n in r.notes)}"
-            f"{'' if r.passed else ' — ' + '; '.join(r.reasons)}")
+            f"{'' if r.passed else ' — ' + '; '.join(r.reasons)}"
+            f"{'' if r.residual is None else ' (known residual: ' + r.residual + ')'}")
 
 
 def _pins(r: CellResult) -> str:
@@ -139,6 +140,7 @@ def write(results: list[CellResult], broker: BrokerUnderTest, seed: int, elapsed
     """Replace the emulated grid's section for this broker."""
     passed = sum(r.passed for r in results)
     na = sum(r.not_applicable is not None for r in results)
+    residual = sum(r.residual is not None for r in results)
     lines = [
         f"## Emulated grid on {broker.describe()}",
         "",
@@ -147,6 +149,7 @@ def write(results: list[CellResult], broker: BrokerUnderTest, seed: int, elapsed
         f"- machine: {_machine()}",
         f"- result: **{passed}/{len(results) - na} cells pass**"
         + (f", {na} not applicable on this broker" if na else "")
+        + (f", {residual} with a known residual of this broker (marked)" if residual else "")
         + f", whole grid in {elapsed_s:.0f} s",
         "",
         "| " + " | ".join(COLUMNS) + " |",
@@ -163,6 +166,8 @@ def _row(label: str, r: CellResult) -> str:
         mark = f"n/a: {r.not_applicable}"
     else:
         mark = "pass" if r.passed else "**FAIL**: " + "; ".join(r.reasons).replace("|", "/")
+    if r.residual is not None:
+        mark = f"**known residual**: {'; '.join(r.reasons)}: {r.residual}"
     if r.notes:
         mark += " (" + "; ".join(r.notes) + ")"
     return "| " + " | ".join(str(x).replace("\n", " ") for x in (

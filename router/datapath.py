@@ -21,6 +21,10 @@ Per batch, in this order (the durability argument of DESIGN.md rests on it):
 5. flush the dedup stores (identities of delivered records + checkpoint seq), commit the resume
    offsets to the group (for lag tooling; resuming uses the checkpoint).
 
+With transactions (router.transactions) steps 3 and 4 are one transaction per partition,
+committed after delivery: an aborted partition is taken over again from its checkpoint and
+replayed, and a fenced worker (a newer owner exists) gives up its partitions and rejoins.
+
 Start-up topic checks: router.topics. The rules, module by module: README, "Durability".
 """
 
@@ -31,7 +35,6 @@ import os
 import socket
 import threading
 import time
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -41,30 +44,39 @@ from cutover.settings import RouterSettings
 from router.checkpoint import (
     Checkpoint,
     checkpoint_topic,
-    produce_checkpoint,
     read_checkpoints,
     write_checkpoints,
 )
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
-from router.errors import BatchAborted, FailpointHit, OutputWriteFailed, ProducerFenced
-from router.failpoints import fire, pause_at, raise_at
+from router.failpoints import fire, pause_at
 from router.gc_pause import batch_gc_pause
-from router.kafka_io import BrokerUnavailable, client_conf, wait_for_broker, wait_stable
+from router.kafka_io import (
+    BrokerUnavailable,
+    client_conf,
+    data_consumer_conf,
+    wait_for_broker,
+    wait_stable,
+)
 from router.output_writer import OutputWriter
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import PartitionView, StatusBoard
 from router.takeover import take_over
 from router.topics import check_routes, ensure_checkpoint_topic
-from router.transactions import PartitionKey, PartitionTransactions, transactions_on
+from router.transactions import (
+    Failed,
+    PartitionKey,
+    PartitionTransactions,
+    transactions_on,
+    write_batch,
+)
 
 log = logging.getLogger("cutover.router")
 
 BATCH = 20_000
 POLL_S = 0.05
-SESSION_TIMEOUT_MS = 6000
 
 
 class DataPath:
@@ -127,13 +139,11 @@ class DataPath:
         self._control = ControlReader(conf, self.settings, self.book)
         for event in self._control.catch_up():
             self.board.control_event(event)
-        self._consumer = self._make_consumer()
         probe = Consumer(client_conf(self.settings, "probe",
                                      **{"group.id": f"{self.settings.group_id}.probe",
                                         "enable.auto.commit": False}))
         self._writer = OutputWriter(conf, self._producer, probe)
-        self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._join()
         self.ready.set()
         log.info("router worker %s started: routes %s, transactions %s", self.worker_id,
                  sorted(self.routes), "on" if self._txn is not None else "off")
@@ -143,25 +153,13 @@ class DataPath:
         finally:
             self._shutdown()
 
-    def _make_consumer(self) -> Consumer:
-        extra: dict[str, Any] = {
-            "group.id": self.settings.group_id, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
-            "enable.partition.eof": False, "queued.max.messages.kbytes": 262144,
-            # Failover: a dead worker's partitions move after this session timeout (the
-            # smallest a broker allows by default, group.min.session.timeout.ms); librdkafka's
-            # 45 s would leave consumers without output that long.
-            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
-        }
-        if self.instance_id:
-            extra["group.instance.id"] = self.instance_id
-        conf = client_conf(self.settings, **extra)
-        for k, v in extra.items():  # the operator's settings win where given
-            conf[k] = self.settings.kafka.get(k, v)
-        conf["partition.assignment.strategy"] = "range"  # co-partitioned inputs need it
-        conf["enable.auto.commit"] = False
+    def _join(self) -> None:
+        """Start the data consumer and join the group (rebalance callbacks: below)."""
+        conf = data_consumer_conf(self.settings, self.instance_id)
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
-        return Consumer(conf)
+        self._consumer = Consumer(conf)
+        self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _shutdown(self) -> None:
         if self._writer is not None:
@@ -227,13 +225,7 @@ class DataPath:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
-        conf = client_conf(self.settings)
-        fresh = [k for k in keys if k not in self.owned]
-        self._fence_previous_owners(conf, fresh)
-        ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
-        self.owned.update(take_over(conf, self.routes, self.book.plans,
-                                    {k: ckpts.get(k) for k in fresh},
-                                    self.settings.state_dir, self._low_offset))
+        self.owned.update(self._resume([k for k in keys if k not in self.owned]))
         assign = []
         for tp in partitions:
             rt = self.topic_route.get(tp.topic)
@@ -247,17 +239,23 @@ class DataPath:
         self.board.changed = True
         log.info("took over partitions %s", keys)
 
-    def _fence_previous_owners(self, conf: dict[str, Any], keys: list[PartitionKey]) -> None:
-        """With transactions: start the partitions' producers, which aborts and fences the
-        previous owners' open transactions, and let other open transactions on the checkpoint
-        topic end, so that the newest committed checkpoint is read."""
-        if self._txn is None or not keys:
-            return
-        self._txn.take(keys)
-        if not wait_stable(conf, self.ckpt_topic):
-            log.warning("checkpoint topic %s: a transaction stayed open; resuming from the "
-                        "newest checkpoint before it (more is replayed, nothing is lost)",
-                        self.ckpt_topic)
+    def _resume(self, keys: list[PartitionKey]) -> dict[PartitionKey, Owned]:
+        """Take partitions over from their newest checkpoints (router.takeover). With
+        transactions, first start their producers, which aborts and fences the previous
+        owners' open transactions, and let other open transactions on the checkpoint topic
+        end, so that the newest committed checkpoint is the one read."""
+        if not keys:
+            return {}
+        conf = client_conf(self.settings)
+        if self._txn is not None:
+            self._txn.take(keys)
+            if not wait_stable(conf, self.ckpt_topic):
+                log.warning("checkpoint topic %s: a transaction stayed open; resuming from the "
+                            "newest checkpoint before it (more is replayed, nothing is lost)",
+                            self.ckpt_topic)
+        ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
+        return take_over(conf, self.routes, self.book.plans, {k: ckpts.get(k) for k in keys},
+                         self.settings.state_dir, self._low_offset)
 
     def _low_offset(self, topic: str, partition: int) -> int:
         assert self._consumer is not None
@@ -392,7 +390,12 @@ class DataPath:
                 rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
         self._check_ownership()
         if self._txn is not None:
-            self._write_in_transactions(dirty, ckpts)
+            keys = {(o.route.settings.name, o.partition) for o in dirty}
+            keys |= {(self._txn.route_of[topic], p) for topic, p, *_ in writer.queue}
+            failed = write_batch(self._txn, self.ckpt_topic, ckpts, keys, bool(writer.queue),
+                                 lambda: self._send(self._txn))
+            writer.queue.clear()
+            self._recover(failed)
             dirty = [o for o in dirty  # an aborted partition was taken over again
                      if self.owned.get((o.route.settings.name, o.partition)) is o]
         else:
@@ -423,73 +426,32 @@ class DataPath:
             if writer.queue and fire("after-checkpoint"):
                 os._exit(137)
         if writer.queue:
-            self._check_ownership()  # again, as late as possible before writing
-            writer.fence_foreign_writes(self.owned.values())
-            writer.produce(self.owned.values(), lambda: self.clock.left(0.9))
+            self._send(None)
             pause_at("pause-before-commit")
-            self._check_ownership(after_write=True)
 
-    def _write_in_transactions(self, dirty: list[Owned], ckpts: list[Checkpoint]) -> None:
-        """One transaction per written partition: checkpoint, output, dead letters, shadow
-        copies. A partition whose batch is aborted is replayed from its checkpoint; a fenced
-        one (a newer owner exists) makes the worker give up its partitions and rejoin."""
-        txn, writer = self._txn, self._writer
-        assert txn is not None and writer is not None
-        keys = {(o.route.settings.name, o.partition) for o in dirty}
-        keys |= {(txn.route_of[topic], p) for topic, p, *_ in writer.queue}
-        written: list[Owned] = []
-        try:
-            txn.begin(keys)
-            if writer.queue:
-                raise_at("txn-before-send")
-            for ck in ckpts:
-                produce_checkpoint(txn.producers[(ck.route, ck.partition)], self.ckpt_topic, ck)
-            if writer.queue and fire("after-checkpoint"):
-                txn.flush(keys)
-                os._exit(137)
-            if writer.queue:
-                self._check_ownership()  # again, as late as possible before writing
-                writer.fence_foreign_writes(self.owned.values())
-                written = writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
-                                         txn.producer_of)
-                raise_at("txn-after-send")
-                pause_at("pause-before-commit")
-                self._check_ownership(after_write=True)
-        except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
-            writer.queue.clear()
-            log.warning("batch aborted before its commit (%s)", exc)
-            fenced = txn.abort(keys)
-            self._recover(keys - fenced, fenced)
-            return
-        aborted: set[PartitionKey] = set()
-        fenced = set()
-        for key in sorted(keys):
-            try:
-                txn.commit(key)
-            except BatchAborted as exc:
-                log.warning("%s", exc)
-                aborted.add(key)
-            except ProducerFenced as exc:
-                log.error("%s", exc)
-                fenced.add(key)
-        for owned in written:
-            if (owned.route.settings.name, owned.partition) not in aborted | fenced:
-                owned.durability.committed()
-        self._recover(aborted, fenced)
+    def _send(self, txn: PartitionTransactions | None) -> list[Owned]:
+        """Produce the batch's queued output (through the partitions' transactional
+        producers, if any), checking ownership right before and after."""
+        assert self._writer is not None
+        self._check_ownership()  # again, as late as possible before writing
+        self._writer.fence_foreign_writes(self.owned.values())
+        written = self._writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
+                                       None if txn is None else txn.producer_of)
+        self._check_ownership(after_write=True)
+        return written
 
-    def _recover(self, aborted: set[PartitionKey], fenced: set[PartitionKey]) -> None:
+    def _recover(self, failed: Failed) -> None:
         """After a failed batch: a fenced producer means a newer owner has the partition, so
         give up every partition and rejoin the group (the group says who owns what); aborted
         partitions are taken over again from their checkpoints and replayed."""
         assert self._consumer is not None
-        if fenced:
+        aborted = failed.aborted
+        if failed.fenced:
             log.error("partitions %s have a newer owner (producer fenced): giving up this "
-                      "worker's partitions and rejoining the group", sorted(fenced))
+                      "worker's partitions and rejoining the group", sorted(failed.fenced))
             self._consumer.close()
             self._drop(set(self.owned))
-            self._consumer = self._make_consumer()
-            self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
-                                     on_revoke=self._on_revoke, on_lost=self._on_lost)
+            self._join()
             return
         if not aborted:
             return
@@ -497,11 +459,7 @@ class DataPath:
             owned = self.owned.pop(key, None)
             if owned is not None:
                 owned.store.close()  # its unflushed identities are the aborted batch's
-        conf = client_conf(self.settings)
-        wait_stable(conf, self.ckpt_topic)
-        ckpts = read_checkpoints(conf, self.ckpt_topic, aborted)
-        fresh = take_over(conf, self.routes, self.book.plans, {k: ckpts.get(k) for k in aborted},
-                          self.settings.state_dir, self._low_offset)
+        fresh = self._resume(sorted(aborted))
         self.owned.update(fresh)
         for (_, p), owned in fresh.items():
             for t in owned.route.settings.inputs:

@@ -68,6 +68,32 @@ def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) 
     return conf
 
 
+# Failover: a dead worker's partitions move after this session timeout (the smallest a broker
+# allows by default, group.min.session.timeout.ms); librdkafka's 45 s would leave consumers
+# without output that long.
+SESSION_TIMEOUT_MS = 6000
+
+
+def data_consumer_conf(settings: RouterSettings, instance_id: str | None) -> dict[str, Any]:
+    """The router's data consumer: the group, static membership when ``instance_id`` is
+    given, a short session; the operator's ``kafka:`` settings win where given, except the
+    range assignment (co-partitioned inputs need it) and manual commits."""
+    extra: dict[str, Any] = {
+        "group.id": settings.group_id, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
+        "enable.partition.eof": False, "queued.max.messages.kbytes": 262144,
+        "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
+    }
+    if instance_id:
+        extra["group.instance.id"] = instance_id
+    conf = client_conf(settings, **extra)
+    for k, v in extra.items():
+        conf[k] = settings.kafka.get(k, v)
+    conf["partition.assignment.strategy"] = "range"
+    conf["enable.auto.commit"] = False
+    return conf
+
+
 def wait_for_broker(conf: dict[str, Any], stop: threading.Event | None = None,
                     max_delay: float = 30.0, give_up_after: float | None = None) -> None:
     """Block until the cluster answers a metadata request, retrying with backoff and logging

@@ -25,16 +25,20 @@ partition has a newer owner: the worker gives its partitions up and rejoins the 
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cutover.settings import RouterSettings, Transactions
 from cutover.tansu import is_tansu
-from router.errors import BatchAborted, ProducerFenced
-from router.failpoints import fire
+from router.checkpoint import Checkpoint, produce_checkpoint
+from router.errors import BatchAborted, FailpointHit, OutputWriteFailed, ProducerFenced
+from router.failpoints import fire, pause_at, raise_at
 from router.kafka_io import client_conf
+from router.partition import Owned
 
 log = logging.getLogger("cutover.router")
 
@@ -166,6 +170,53 @@ class PartitionTransactions:
                     log.warning("partition %s/%d: abort: %s", key[0], key[1], err.str())
                     fenced.add(key)  # state unknown: give the partition up, take it again
         return fenced
+
+
+class Failed(NamedTuple):
+    """The partitions of a batch that did not commit."""
+
+    aborted: set[PartitionKey]   # replayed from their checkpoints
+    fenced: set[PartitionKey]    # a newer owner has them
+
+
+def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
+                keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]]
+                ) -> Failed:
+    """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
+    output writer's produce, with the ownership checks; it returns the partitions whose output
+    partition was written), then the commits."""
+    written: list[Owned] = []
+    try:
+        txn.begin(keys)
+        if queued:
+            raise_at("txn-before-send")
+        for ck in ckpts:
+            produce_checkpoint(txn.producers[(ck.route, ck.partition)], ckpt_topic, ck)
+        if queued and fire("after-checkpoint"):
+            txn.flush(keys)
+            os._exit(137)
+        if queued:
+            written = send()
+            raise_at("txn-after-send")
+            pause_at("pause-before-commit")
+    except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
+        log.warning("batch aborted before its commit (%s)", exc)
+        fenced = txn.abort(keys)
+        return Failed(keys - fenced, fenced)
+    failed = Failed(set(), set())
+    for key in sorted(keys):
+        try:
+            txn.commit(key)
+        except BatchAborted as exc:
+            log.warning("%s", exc)
+            failed.aborted.add(key)
+        except ProducerFenced as exc:
+            log.error("%s", exc)
+            failed.fenced.add(key)
+    for owned in written:
+        if (owned.route.settings.name, owned.partition) not in failed.aborted | failed.fenced:
+            owned.durability.committed()
+    return failed
 
 
 def commit_timeout_s() -> float:

@@ -93,7 +93,15 @@ def _intro() -> str:
         "node leading partition 0 of the output topic (even seeds) or of the raw topic (odd "
         "seeds) while the handover is pending, and starts it again on its data three batches "
         "later (on a single broker: at once, after 3 s down). Tansu keeps its log in memory, "
-        "so a broker kill has no meaning there: those rows say so.",
+        "so a broker kill has no meaning there: those rows say so. A zombie: once the router "
+        "has caught up, the worker is armed to stop itself (`SIGSTOP`) right after producing "
+        "its next batch and before committing it; one record per partition without the "
+        "tagger's headers goes into that batch (dead letters); a second worker with its own "
+        "state directory joins and takes the partitions once the frozen one's session has "
+        "expired, the router catches up, then the frozen one gets `SIGCONT`. Those dead "
+        "letters must be in the dead-letter topic exactly once. Without transactions (Tansu) "
+        "dead letters are at-least-once (README, Durability): a repeat there is a row marked "
+        "*known residual*, kept in the table.",
         "",
         "The reference output is computed without the router: every event some version "
         "emitted, taken from the primary of its event time under the boundary of its "

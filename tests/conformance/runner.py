@@ -279,6 +279,10 @@ class Cell:
                                "--margin", "1s")
         if rc != 0:
             raise RuntimeError(f"switch failed: {out}")
+        # A worker reports the plan on the status topic once it has read it (under load, not
+        # always by the time the switch command returns).
+        self.wait_for("a worker to report the switch", lambda: (
+            (p := self.view().plan) is not None and p.transition is not None))
         view = self.view()
         assert view.plan is not None and view.plan.transition is not None
         epoch = view.plan.epoch

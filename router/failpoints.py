@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 
 from router.errors import FailpointHit
@@ -27,6 +28,7 @@ log = logging.getLogger("cutover.router")
 ARMED = os.environ.get("CUTOVER_FAILPOINT", "")
 _ARM_FILE = os.environ.get("CUTOVER_FAILPOINT_ARM", "")
 _fired: set[str] = set()
+_lock = threading.Lock()  # partitions commit from several threads
 
 
 def fire(name: str) -> bool:
@@ -35,7 +37,10 @@ def fire(name: str) -> bool:
         return False
     if _ARM_FILE and not os.path.exists(_ARM_FILE):
         return False
-    _fired.add(name)
+    with _lock:
+        if name in _fired:
+            return False
+        _fired.add(name)
     log.error("failpoint %s", name)
     return True
 

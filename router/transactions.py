@@ -28,6 +28,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -35,7 +36,13 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from cutover.settings import RouterSettings, Transactions
 from cutover.tansu import is_tansu
 from router.checkpoint import Checkpoint, produce_checkpoint
-from router.errors import BatchAborted, FailpointHit, OutputWriteFailed, ProducerFenced
+from router.errors import (
+    BatchAborted,
+    FailpointHit,
+    OutputWriteFailed,
+    ProducerFenced,
+    RouterError,
+)
 from router.failpoints import fire, pause_at, raise_at
 from router.kafka_io import client_conf
 from router.partition import Owned
@@ -47,6 +54,7 @@ PartitionKey = tuple[str, int]   # (route, raw partition)
 # A commit that times out is asked again (it goes on in the background) for at most this long.
 COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
+COMMIT_THREADS = 8
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                      KafkaError.INVALID_PRODUCER_EPOCH,
@@ -77,6 +85,7 @@ class PartitionTransactions:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
         self.producers: dict[PartitionKey, Producer] = {}
+        self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
         self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
         for rs in settings.routes:
             for topic in (rs.output, rs.dead_letter, rs.shadow):
@@ -113,6 +122,7 @@ class PartitionTransactions:
 
     def close(self) -> None:
         self.drop(list(self.producers))
+        self.pool.shutdown()
 
     # -- one batch --------------------------------------------------------------------------
 
@@ -128,6 +138,16 @@ class PartitionTransactions:
     def flush(self, keys: Iterable[PartitionKey]) -> None:
         for key in keys:
             self.producers[key].flush(30)
+
+    def try_commit(self, key: PartitionKey) -> RouterError | None:
+        """:meth:`commit`, its failure returned (the partitions commit in parallel: a
+        commit is a round trip to the transaction coordinator, and the client releases the
+        interpreter while it waits)."""
+        try:
+            self.commit(key)
+        except (BatchAborted, ProducerFenced) as exc:
+            return exc
+        return None
 
     def commit(self, key: PartitionKey) -> None:
         """Commit one partition's transaction. A retriable error (a timeout) is asked again;
@@ -204,14 +224,13 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
         fenced = txn.abort(keys)
         return Failed(keys - fenced, fenced)
     failed = Failed(set(), set())
-    for key in sorted(keys):
-        try:
-            txn.commit(key)
-        except BatchAborted as exc:
-            log.warning("%s", exc)
+    order = sorted(keys)
+    for key, error in zip(order, txn.pool.map(txn.try_commit, order), strict=True):
+        if isinstance(error, BatchAborted):
+            log.warning("%s", error)
             failed.aborted.add(key)
-        except ProducerFenced as exc:
-            log.error("%s", exc)
+        elif isinstance(error, ProducerFenced):
+            log.error("%s", error)
             failed.fenced.add(key)
     for owned in written:
         if (owned.route.settings.name, owned.partition) not in failed.aborted | failed.fenced:

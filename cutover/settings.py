@@ -29,6 +29,16 @@ class Handover(StrEnum):
     IMMEDIATE = "immediate"
 
 
+class Transactions(StrEnum):
+    """Whether each batch's output, dead letters, shadow copies and checkpoint are written in one
+    Kafka transaction (router.transactions). ``auto``: on, unless the broker is Tansu, whose
+    ``read_committed`` does not hide aborted records (cutover.tansu)."""
+
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
 class DedupSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -118,6 +128,11 @@ class RouterSettings(BaseModel):
         default_factory=dict,
         description="librdkafka client settings passed through (security.protocol, sasl.*, "
                     "ssl.*)")
+    transactions: Transactions = Field(
+        default=Transactions.AUTO,
+        description="auto | on | off: write each batch in one Kafka transaction (exactly-once "
+                    "output, dead letters and shadow copies for read_committed consumers); "
+                    "auto is on for Apache Kafka and off for Tansu")
     routes: tuple[RouteSettings, ...] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -2,11 +2,13 @@
 
 The test broker does not keep consumer-commit metadata, so checkpoints go to a compacted topic
 of their own (the ``checkpoint_topic`` setting, default ``<group_id>.checkpoints``; key
-``route/partition``). A batch's checkpoint is
-durable *before* any output of that batch is produced, so the newest checkpoint's state always
-covers every decision whose output may exist, and its resume offsets do not pass any record
-whose output is not yet delivered; with pinned boundaries, re-deciding records from the
-checkpoint's offsets with that state gives the same decisions (see router.durability).
+``route/partition``). Without transactions a batch's checkpoint is durable *before* any output
+of that batch is produced, so the newest checkpoint's state always covers every decision whose
+output may exist, and its resume offsets do not pass any record whose output is not yet
+delivered; with pinned boundaries, re-deciding records from the checkpoint's offsets with that
+state gives the same decisions (see router.durability). With transactions (router.transactions)
+it is written in the same transaction as the batch's output and read with ``read_committed``:
+an aborted batch's checkpoint is never read, a committed one comes with all its output.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ def read_checkpoints(conf: dict[str, Any], topic: str,
         if held is None or (ck.owner_gen, ck.seq) >= (held.owner_gen, held.seq):
             out[rp] = ck
     return out
+
+
+def produce_checkpoint(producer: Producer, topic: str, ck: Checkpoint) -> None:
+    """Queue one checkpoint (in a transaction: it is stored when the transaction commits)."""
+    producer.produce(topic, key=checkpoint_key(ck.route, ck.partition),
+                     value=ck.model_dump_json().encode())
 
 
 def write_checkpoints(producer: Producer, topic: str, checkpoints: list[Checkpoint],

@@ -21,6 +21,10 @@ Per batch, in this order (the durability argument of DESIGN.md rests on it):
 5. flush the dedup stores (identities of delivered records + checkpoint seq), commit the resume
    offsets to the group (for lag tooling; resuming uses the checkpoint).
 
+With transactions (router.transactions) steps 3 and 4 are one transaction per partition,
+committed after delivery: an aborted partition is taken over again from its checkpoint and
+replayed, and a fenced worker (a newer owner exists) gives up its partitions and rejoins.
+
 Start-up topic checks: router.topics. The rules, module by module: README, "Durability".
 """
 
@@ -31,34 +35,48 @@ import os
 import socket
 import threading
 import time
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
-from router.checkpoint import Checkpoint, checkpoint_topic, read_checkpoints, write_checkpoints
+from router.checkpoint import (
+    Checkpoint,
+    checkpoint_topic,
+    read_checkpoints,
+    write_checkpoints,
+)
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
+from router.failpoints import fire, pause_at
 from router.gc_pause import batch_gc_pause
-from router.kafka_io import BrokerUnavailable, client_conf, wait_for_broker
+from router.kafka_io import (
+    BrokerUnavailable,
+    client_conf,
+    data_consumer_conf,
+    wait_for_broker,
+    wait_stable,
+)
 from router.output_writer import OutputWriter
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import PartitionView, StatusBoard
 from router.takeover import take_over
 from router.topics import check_routes, ensure_checkpoint_topic
+from router.transactions import (
+    Failed,
+    PartitionKey,
+    PartitionTransactions,
+    transactions_on,
+    write_batch,
+)
 
 log = logging.getLogger("cutover.router")
 
 BATCH = 20_000
 POLL_S = 0.05
-# Test-only crash point: "after-checkpoint" exits right after a batch's checkpoint is durable
-# and before its output is produced (the window the resume-offset rule exists for).
-FAILPOINT = os.environ.get("CUTOVER_FAILPOINT", "")
-SESSION_TIMEOUT_MS = 6000
 
 
 class DataPath:
@@ -89,6 +107,7 @@ class DataPath:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
+        self._txn: PartitionTransactions | None = None
         self._control: ControlReader | None = None
         self._by_tp: dict[tuple[str, int], Owned] = {}
 
@@ -109,6 +128,8 @@ class DataPath:
         self.topic_route.update({t: rt for rt in self.routes.values()
                                  for t in rt.settings.inputs})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
+        if transactions_on(self.settings):
+            self._txn = PartitionTransactions(self.settings)
         self._producer = Producer(client_conf(
             self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
                                           "queue.buffering.max.messages": 1_000_000,
@@ -118,40 +139,27 @@ class DataPath:
         self._control = ControlReader(conf, self.settings, self.book)
         for event in self._control.catch_up():
             self.board.control_event(event)
-        self._consumer = self._make_consumer()
         probe = Consumer(client_conf(self.settings, "probe",
                                      **{"group.id": f"{self.settings.group_id}.probe",
                                         "enable.auto.commit": False}))
         self._writer = OutputWriter(conf, self._producer, probe)
-        self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._join()
         self.ready.set()
-        log.info("router worker %s started: routes %s", self.worker_id, sorted(self.routes))
+        log.info("router worker %s started: routes %s, transactions %s", self.worker_id,
+                 sorted(self.routes), "on" if self._txn is not None else "off")
         try:
             while not self.stop_event.is_set():
                 self.step()
         finally:
             self._shutdown()
 
-    def _make_consumer(self) -> Consumer:
-        extra: dict[str, Any] = {
-            "group.id": self.settings.group_id, "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
-            "enable.partition.eof": False, "queued.max.messages.kbytes": 262144,
-            # Failover: a dead worker's partitions move after this session timeout (the
-            # smallest a broker allows by default, group.min.session.timeout.ms); librdkafka's
-            # 45 s would leave consumers without output that long.
-            "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
-        }
-        if self.instance_id:
-            extra["group.instance.id"] = self.instance_id
-        conf = client_conf(self.settings, **extra)
-        for k, v in extra.items():  # the operator's settings win where given
-            conf[k] = self.settings.kafka.get(k, v)
-        conf["partition.assignment.strategy"] = "range"  # co-partitioned inputs need it
-        conf["enable.auto.commit"] = False
+    def _join(self) -> None:
+        """Start the data consumer and join the group (rebalance callbacks: below)."""
+        conf = data_consumer_conf(self.settings, self.instance_id)
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
-        return Consumer(conf)
+        self._consumer = Consumer(conf)
+        self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _shutdown(self) -> None:
         if self._writer is not None:
@@ -164,6 +172,8 @@ class DataPath:
         for owned in self.owned.values():
             owned.store.close()
         self.owned.clear()
+        if self._txn is not None:
+            self._txn.close()
         if self._control is not None:
             self._control.close()
         if self._producer is not None:
@@ -200,6 +210,8 @@ class DataPath:
             owned = self.owned.pop(key, None)
             if owned is not None:
                 owned.store.close()
+        if self._txn is not None:
+            self._txn.drop(keys)
         self._index()
         if keys:
             self.board.changed = True
@@ -213,11 +225,7 @@ class DataPath:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
-        conf = client_conf(self.settings)
-        ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
-        self.owned.update(take_over(conf, self.routes, self.book.plans,
-                                    {k: ckpts.get(k) for k in keys if k not in self.owned},
-                                    self.settings.state_dir, self._low_offset))
+        self.owned.update(self._resume([k for k in keys if k not in self.owned]))
         assign = []
         for tp in partitions:
             rt = self.topic_route.get(tp.topic)
@@ -230,6 +238,24 @@ class DataPath:
         self._index()
         self.board.changed = True
         log.info("took over partitions %s", keys)
+
+    def _resume(self, keys: list[PartitionKey]) -> dict[PartitionKey, Owned]:
+        """Take partitions over from their newest checkpoints (router.takeover). With
+        transactions, first start their producers, which aborts and fences the previous
+        owners' open transactions, and let other open transactions on the checkpoint topic
+        end, so that the newest committed checkpoint is the one read."""
+        if not keys:
+            return {}
+        conf = client_conf(self.settings)
+        if self._txn is not None:
+            self._txn.take(keys)
+            if not wait_stable(conf, self.ckpt_topic):
+                log.warning("checkpoint topic %s: a transaction stayed open; resuming from the "
+                            "newest checkpoint before it (more is replayed, nothing is lost)",
+                            self.ckpt_topic)
+        ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
+        return take_over(conf, self.routes, self.book.plans, {k: ckpts.get(k) for k in keys},
+                         self.settings.state_dir, self._low_offset)
 
     def _low_offset(self, topic: str, partition: int) -> int:
         assert self._consumer is not None
@@ -354,7 +380,6 @@ class DataPath:
             return
         pending_out = len(writer.queue)
         ckpts: list[Checkpoint] = []
-        commits: list[TopicPartition] = []
         for owned in dirty:
             rs = owned.route.settings
             at = owned.durability.next_checkpoint(owned.held_refs(), owned.router.horizon,
@@ -363,22 +388,26 @@ class DataPath:
                 route=rs.name, partition=owned.partition, seq=at.seq, offsets=at.offsets,
                 snapshot=owned.router.snapshot(), readback_from=at.readback_from,
                 rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
-            commits.extend(TopicPartition(t, owned.partition, o) for t, o in at.offsets.items())
         self._check_ownership()
-        if ckpts:
-            write_checkpoints(self._producer, self.ckpt_topic, ckpts)
-            if FAILPOINT == "after-checkpoint" and writer.queue:
-                log.error("failpoint after-checkpoint: exiting before the batch's output")
-                os._exit(137)
-        if writer.queue:
-            self._check_ownership()  # again, as late as possible before writing
-            writer.fence_foreign_writes(self.owned.values())
-            writer.produce(self.owned.values(), lambda: self.clock.left(0.9))
-            self._check_ownership(after_write=True)
+        if self._txn is not None:
+            keys = {(o.route.settings.name, o.partition) for o in dirty}
+            keys |= {(self._txn.route_of[topic], p) for topic, p, *_ in writer.queue}
+            failed = write_batch(self._txn, self.ckpt_topic, ckpts, keys, bool(writer.queue),
+                                 lambda: self._send(self._txn))
+            writer.queue.clear()
+            self._recover(failed)
+            dirty = [o for o in dirty  # an aborted partition was taken over again
+                     if self.owned.get((o.route.settings.name, o.partition)) is o]
+        else:
+            self._write_checkpoint_first(ckpts)
+        commits: list[TopicPartition] = []
         for owned in dirty:
             owned.store.put_meta("seq", str(owned.durability.seq).encode())
             owned.store.flush()
             owned.durability.batch_done()
+            ck = next(c for c in ckpts if c.route == owned.route.settings.name
+                      and c.partition == owned.partition)
+            commits.extend(TopicPartition(t, owned.partition, o) for t, o in ck.offsets.items())
         if commits:
             try:
                 self._consumer.commit(offsets=commits, asynchronous=True)
@@ -387,6 +416,58 @@ class DataPath:
         if time.monotonic() - self._last_purge > 30:
             self._purge()
         self.board.changed = self.board.changed or pending_out > 0
+
+    def _write_checkpoint_first(self, ckpts: list[Checkpoint]) -> None:
+        """Without transactions: the checkpoint is durable before any output of the batch."""
+        assert self._producer is not None and self._writer is not None
+        writer = self._writer
+        if ckpts:
+            write_checkpoints(self._producer, self.ckpt_topic, ckpts)
+            if writer.queue and fire("after-checkpoint"):
+                os._exit(137)
+        if writer.queue:
+            self._send(None)
+            pause_at("pause-before-commit")
+
+    def _send(self, txn: PartitionTransactions | None) -> list[Owned]:
+        """Produce the batch's queued output (through the partitions' transactional
+        producers, if any), checking ownership right before and after."""
+        assert self._writer is not None
+        self._check_ownership()  # again, as late as possible before writing
+        self._writer.fence_foreign_writes(self.owned.values())
+        written = self._writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
+                                       None if txn is None else txn.producer_of)
+        self._check_ownership(after_write=True)
+        return written
+
+    def _recover(self, failed: Failed) -> None:
+        """After a failed batch: a fenced producer means a newer owner has the partition, so
+        give up every partition and rejoin the group (the group says who owns what); aborted
+        partitions are taken over again from their checkpoints and replayed."""
+        assert self._consumer is not None
+        aborted = failed.aborted
+        if failed.fenced:
+            log.error("partitions %s have a newer owner (producer fenced): giving up this "
+                      "worker's partitions and rejoining the group", sorted(failed.fenced))
+            self._consumer.close()
+            self._drop(set(self.owned))
+            self._join()
+            return
+        if not aborted:
+            return
+        for key in aborted:
+            owned = self.owned.pop(key, None)
+            if owned is not None:
+                owned.store.close()  # its unflushed identities are the aborted batch's
+        fresh = self._resume(sorted(aborted))
+        self.owned.update(fresh)
+        for (_, p), owned in fresh.items():
+            for t in owned.route.settings.inputs:
+                self._consumer.seek(TopicPartition(t, p, owned.durability.next_offsets[t]))
+        self._index()
+        self.board.changed = True
+        log.warning("partitions %s: batch aborted; replaying from their checkpoints",
+                    sorted(aborted))
 
     def _check_ownership(self, after_write: bool = False) -> None:
         assert self._consumer is not None

@@ -181,6 +181,12 @@ class Durability:
         self.known_end = max(self.known_end, self.delivered_to)
         self.out_pos = self.known_end
 
+    def committed(self) -> None:
+        """The batch's transaction committed: its marker follows the records in the output
+        partition (one offset)."""
+        self.known_end += 1
+        self.out_pos = self.known_end + self.queued
+
     def note_foreign(self, src: tuple[str, int], output_offset: int,
                      resume: dict[str, int]) -> None:
         """Another writer's output record for raw record ``src``: never forward it again; keep

@@ -29,6 +29,20 @@ class CheckpointWriteFailed(RouterError):
     """A batch's checkpoint was not stored, so its output is not produced."""
 
 
+class BatchAborted(RouterError):
+    """A batch's transaction was aborted (a failed send, a commit that did not complete): its
+    partitions are replayed from their checkpoints, in the same process."""
+
+
+class ProducerFenced(RouterError):
+    """A newer owner of a raw partition initialised its transactional producer: this worker is
+    a zombie for that partition and gives its partitions up, then rejoins the group."""
+
+
+class FailpointHit(RouterError):
+    """A test seam fired (``CUTOVER_FAILPOINT``): handled as the failure it stands for."""
+
+
 class DataPathStopped(RouterError):
     """The data path ended without being asked to (after one of the errors above, logged, or
     a broker that never answered): the Faust worker stops too."""

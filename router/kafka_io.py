@@ -68,6 +68,32 @@ def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) 
     return conf
 
 
+# Failover: a dead worker's partitions move after this session timeout (the smallest a broker
+# allows by default, group.min.session.timeout.ms); librdkafka's 45 s would leave consumers
+# without output that long.
+SESSION_TIMEOUT_MS = 6000
+
+
+def data_consumer_conf(settings: RouterSettings, instance_id: str | None) -> dict[str, Any]:
+    """The router's data consumer: the group, static membership when ``instance_id`` is
+    given, a short session; the operator's ``kafka:`` settings win where given, except the
+    range assignment (co-partitioned inputs need it) and manual commits."""
+    extra: dict[str, Any] = {
+        "group.id": settings.group_id, "enable.auto.commit": False,
+        "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
+        "enable.partition.eof": False, "queued.max.messages.kbytes": 262144,
+        "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
+    }
+    if instance_id:
+        extra["group.instance.id"] = instance_id
+    conf = client_conf(settings, **extra)
+    for k, v in extra.items():
+        conf[k] = settings.kafka.get(k, v)
+    conf["partition.assignment.strategy"] = "range"
+    conf["enable.auto.commit"] = False
+    return conf
+
+
 def wait_for_broker(conf: dict[str, Any], stop: threading.Event | None = None,
                     max_delay: float = 30.0, give_up_after: float | None = None) -> None:
     """Block until the cluster answers a metadata request, retrying with backoff and logging
@@ -165,9 +191,35 @@ def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0
 
 
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
-    return {**conf, "group.id": f"cutover-reader-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+    """A reader's settings. ``read_committed`` (librdkafka's default, said here on purpose):
+    an aborted batch's output and checkpoint are never read back."""
+    return {"isolation.level": "read_committed", **conf,
+            "group.id": f"cutover-reader-{os.getpid()}-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "enable.partition.eof": True,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20}
+
+
+def wait_stable(conf: dict[str, Any], topic: str, timeout: float = 15.0) -> bool:
+    """Wait until no transaction that was open at the call holds back a read_committed read of
+    ``topic`` (each partition's last stable offset reaches its end as it was then); False after
+    ``timeout``. A read_committed read stops at the last stable offset: without this wait, a
+    record committed after another writer's open transaction would not be read."""
+    n = partitions_of(conf, topic) or 0
+    everything = Consumer({**reader_conf(conf), "isolation.level": "read_uncommitted"})
+    committed = Consumer(reader_conf(conf))
+    try:
+        ends = {p: offsets_range(everything, TopicPartition(topic, p))[1] for p in range(n)}
+        deadline = time.monotonic() + timeout
+        while True:
+            if all(offsets_range(committed, TopicPartition(topic, p))[1] >= end
+                   for p, end in ends.items()):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+    finally:
+        everything.close()
+        committed.close()
 
 
 def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | None = None,

@@ -97,12 +97,16 @@ class OutputWriter:
                                         f"{tp.partition} ({exc}); refusing to write it "
                                         "unchecked") from None
             if latest > dur.known_end:
-                self._absorb_foreign(owned, dur.known_end, ours={})
+                self._absorb_foreign(owned, dur.known_end, ours={}, end=latest)
 
-    def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int]) -> None:
+    def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
+                        end: int = 0) -> None:
         """Read output ``owned.partition`` from ``start`` to its end and take in every record
         not in ``ours`` (bg.src -> how many of them this worker delivered since ``start``):
-        skip set, dedup store, readback bound; drop queued outputs they already cover."""
+        skip set, dedup store, readback bound; drop queued outputs they already cover.
+        ``end``: the end the probe saw (with transactions, the last stable offset: it counts
+        transaction markers and aborted records, which a read_committed read does not
+        return)."""
         rs = owned.route.settings
         p = owned.partition
         dur = owned.durability
@@ -140,7 +144,9 @@ class OutputWriter:
         # if it forwarded them, they are in the output twice.
         passed = sum(1 for raw, src in foreign.items() if raw not in dropped and raw not in ours
                      and src is not None and src[1] < resume.get(src[0], 0))
-        dur.absorbed(max(rb.end, start), len(dropped))
+        dur.absorbed(max(rb.end, start, end), len(dropped))
+        if not foreign:
+            return  # only transaction markers or aborted records past the known end
         report = log.error if twice or passed else log.warning
         report("output %s:%d: %d records from another writer (a previous owner that had not yet "
                "noticed losing the partition) at offsets %d..%d; %d queued outputs they cover "
@@ -150,11 +156,14 @@ class OutputWriter:
 
     # -- producing ----------------------------------------------------------------------------
 
-    def produce(self, parts: Iterable[Owned], budget_s: Callable[[], float]) -> None:
+    def produce(self, parts: Iterable[Owned], budget_s: Callable[[], float],
+                producer_of: Callable[[str, int], Producer] | None = None) -> list[Owned]:
         """Produce the queued batch and wait (at most ``budget_s()`` seconds, at least one);
         then check that each output partition received exactly our records, contiguously
         after the end we knew (anything else in between was written by another writer, or
-        twice by a retry: absorbed and reported)."""
+        twice by a retry: absorbed and reported). ``producer_of(topic, partition)``: the
+        partition's transactional producer (router.transactions), else the worker's one.
+        Returns the partitions whose output partition was written."""
         errors: list[str] = []
 
         def on_delivery(err: Any, _msg: Any) -> None:
@@ -175,18 +184,23 @@ class OutputWriter:
             owned.durability.start_delivery()
             callbacks[(owned.route.settings.output, owned.partition)] = \
                 tracker(owned.durability)
-        produce = self.producer.produce
-        poll = self.producer.poll
+        used: dict[int, Producer] = {}
+        producer = self.producer
         for topic, p, key, value, headers, _src in self.queue:
             cb = callbacks.get((topic, p), on_delivery)
+            if producer_of is not None:
+                producer = producer_of(topic, p)
+                used.setdefault(id(producer), producer)
             while True:
                 try:
-                    produce(topic, value, key, partition=p, headers=headers, on_delivery=cb)
+                    producer.produce(topic, value, key, partition=p, headers=headers,
+                                     on_delivery=cb)
                     break
                 except BufferError:
-                    poll(0.05)
+                    producer.poll(0.05)
         batch, self.queue = self.queue, []
-        left = self.producer.flush(max(budget_s(), 1.0))
+        left = sum(pr.flush(max(budget_s(), 1.0))
+                   for pr in (used.values() if producer_of is not None else [self.producer]))
         if errors or left:
             raise OutputWriteFailed("output produce failed "
                                     f"({errors[0] if errors else f'{left} not delivered'}); "
@@ -202,3 +216,4 @@ class OutputWriter:
                         ours[src] = ours.get(src, 0) + 1
                 self._absorb_foreign(owned, start, ours)
             dur.settle_delivery()
+        return writing

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
+from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
@@ -31,6 +31,7 @@ BASE_T = 1_767_225_600_000
 
 
 ROUNDS = 3
+TXN_ROUNDS = 5
 BATCH = 1000             # events per emulated micro-batch, each followed by heartbeats
 
 
@@ -91,11 +92,11 @@ def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
 
 
 def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
-            state: Path) -> float:
+            state: Path, transactions: str = "auto") -> float:
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
         "group_id": f"bench-{out}", "state_dir": str(state), "http_port": None,
-        "kafka": {"session.timeout.ms": 6000},
+        "kafka": {"session.timeout.ms": 6000}, "transactions": transactions,
         "routes": [{"name": "bench", "inputs": [raw], "output": out}]})
     plan = CutoverPlan(route="bench", epoch=1, segments=(
         Segment(from_event_time=None, primary="blue"),
@@ -174,3 +175,38 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                                  "router_ratio_rounds": [round(b / a, 3) for a, b in rounds],
                                  "faust_agent_ratio": round(agent / pt, 4)})
     assert router > 0 and pt > 0
+
+
+def test_router_transactions_cost(broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """The router with each batch in transactions vs without, on the same data, in alternating
+    rounds; the figure is the median of the per-round ratios (on / off)."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    bootstrap = broker.bootstrap
+    tag = f"txn-{int(time.time())}"
+    raw, ctl, st = f"bench.raw-{tag}", f"ctl-{tag}", f"st-{tag}"
+    create_topics(bootstrap, {raw: PARTITIONS, ctl: 1, st: 1})
+    total = _fill(bootstrap, raw)
+    rounds: list[tuple[float, float]] = []
+    for r in range(TXN_ROUNDS):
+        rates = {}
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            out = f"bench.out-{tag}-{mode}-{r}"
+            create_topics(bootstrap, {out: PARTITIONS, f"{out}.dlq": PARTITIONS})
+            rates[mode] = _router(bootstrap, raw, out, ctl, st, total,
+                                  tmp_path / f"state-{mode}-{r}", transactions=mode)
+            shutil.rmtree(tmp_path / f"state-{mode}-{r}", ignore_errors=True)
+        rounds.append((rates["off"], rates["on"]))
+        print(f"\nround {r + 1}: router without transactions {rates['off']:,.0f} records/s, "
+              f"with {rates['on']:,.0f} records/s = {rates['on'] / rates['off']:.0%}",
+              flush=True)
+    off, on = sorted(rounds, key=lambda x: x[1] / x[0])[len(rounds) // 2]
+    ratios = [b / a for a, b in rounds]
+    print(f"\nrouter with transactions: {on:,.0f} records/s, without: {off:,.0f} records/s "
+          f"= {on / off:.0%} (median of {TXN_ROUNDS} alternating rounds: "
+          f"{', '.join(f'{x:.0%}' for x in ratios)}); {load_line()}", flush=True)
+    record("router_transactions", {"records": total, "partitions": PARTITIONS,
+                                   "off_per_s": round(off), "on_per_s": round(on),
+                                   "ratio": round(on / off, 3),
+                                   "ratio_rounds": [round(x, 3) for x in ratios]})
+    assert on > 0 and off > 0

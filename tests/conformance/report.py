@@ -30,12 +30,13 @@ COLUMNS = ("#", "sources", "divergence", "idle", "failure", "identity", "handove
 def progress_line(i: int, n: int, r: CellResult) -> str:
     if r.not_applicable is not None:
         return f"[{i:2}/{n}] N/A  {r.cell.id}: {r.not_applicable}"
-    mark = "PASS" if r.passed else "FAIL"
+    mark = "PASS" if r.passed else "RESIDUAL" if r.residual else "FAIL"
     return (f"[{i:2}/{n}] {mark} {r.cell.id}: expected={r.expected} forwarded={r.forwarded} "
             f"lost={r.lost} dup={r.duplicated} wrong={r.wrong_version} "
             f"order={r.order_violations} dlq={r.dead_lettered} clear={r.clear_s}s "
             f"({r.duration_s}s){''.join(' [' + n + ']' for n in r.notes)}"
-            f"{'' if r.passed else ' — ' + '; '.join(r.reasons)}")
+            f"{'' if r.passed else ' — ' + '; '.join(r.reasons)}"
+            f"{'' if r.residual is None else ' (known residual: ' + r.residual + ')'}")
 
 
 def _pins(r: CellResult) -> str:
@@ -92,7 +93,15 @@ def _intro() -> str:
         "node leading partition 0 of the output topic (even seeds) or of the raw topic (odd "
         "seeds) while the handover is pending, and starts it again on its data three batches "
         "later (on a single broker: at once, after 3 s down). Tansu keeps its log in memory, "
-        "so a broker kill has no meaning there: those rows say so.",
+        "so a broker kill has no meaning there: those rows say so. A zombie: once the router "
+        "has caught up, the worker is armed to stop itself (`SIGSTOP`) right after producing "
+        "its next batch and before committing it; one record per partition without the "
+        "tagger's headers goes into that batch (dead letters); a second worker with its own "
+        "state directory joins and takes the partitions once the frozen one's session has "
+        "expired, the router catches up, then the frozen one gets `SIGCONT`. Those dead "
+        "letters must be in the dead-letter topic exactly once. Without transactions (Tansu) "
+        "dead letters are at-least-once (README, Durability): a repeat there is a row marked "
+        "*known residual*, kept in the table.",
         "",
         "The reference output is computed without the router: every event some version "
         "emitted, taken from the primary of its event time under the boundary of its "
@@ -139,6 +148,7 @@ def write(results: list[CellResult], broker: BrokerUnderTest, seed: int, elapsed
     """Replace the emulated grid's section for this broker."""
     passed = sum(r.passed for r in results)
     na = sum(r.not_applicable is not None for r in results)
+    residual = sum(r.residual is not None for r in results)
     lines = [
         f"## Emulated grid on {broker.describe()}",
         "",
@@ -147,6 +157,7 @@ def write(results: list[CellResult], broker: BrokerUnderTest, seed: int, elapsed
         f"- machine: {_machine()}",
         f"- result: **{passed}/{len(results) - na} cells pass**"
         + (f", {na} not applicable on this broker" if na else "")
+        + (f", {residual} with a known residual of this broker (marked)" if residual else "")
         + f", whole grid in {elapsed_s:.0f} s",
         "",
         "| " + " | ".join(COLUMNS) + " |",
@@ -163,6 +174,8 @@ def _row(label: str, r: CellResult) -> str:
         mark = f"n/a: {r.not_applicable}"
     else:
         mark = "pass" if r.passed else "**FAIL**: " + "; ".join(r.reasons).replace("|", "/")
+    if r.residual is not None:
+        mark = f"**known residual**: {'; '.join(r.reasons)}: {r.residual}"
     if r.notes:
         mark += " (" + "; ".join(r.notes) + ")"
     return "| " + " | ".join(str(x).replace("\n", " ") for x in (

@@ -27,6 +27,9 @@ class Failure(StrEnum):
     WORKER_JOIN_LEAVE = "worker_join_leave"         # a second worker joins, then leaves
     LATE_PLAN = "late_plan"                         # the switch arrives below the horizon
     BROKER_KILL = "broker_kill9"                    # kill -9 of a partition leader mid-switch
+    # A worker freezes (SIGSTOP) after producing a batch, before committing it; its partitions
+    # move to a second worker, which catches up; then the frozen one resumes (SIGCONT).
+    ZOMBIE = "router_zombie"
 
 
 class Scenario(BaseModel):

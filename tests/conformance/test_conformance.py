@@ -93,6 +93,8 @@ def test_ci_cell(cell: Scenario, broker: BrokerUnderTest, tmp_path: Path) -> Non
     r = run_cell(cell, broker, tmp_path)
     if r.not_applicable is not None:
         pytest.skip(r.not_applicable)
+    if r.residual is not None:
+        pytest.xfail(f"known residual on {broker.kind}: {'; '.join(r.reasons)}: {r.residual}")
     _check(r)
 
 
@@ -109,7 +111,8 @@ def _run_grid(broker: BrokerUnderTest, tmp_path: Path) -> None:
         print(report.progress_line(i, len(GRID), r), flush=True)
     report.write(results, broker, SEED, time.monotonic() - started, {s.id for s in CI})
     print(f"wrote {report.DOC}", flush=True)
-    failed = [r for r in results if not r.passed and r.not_applicable is None]
+    failed = [r for r in results
+              if not r.passed and r.not_applicable is None and r.residual is None]
     assert not failed, "\n".join(report.progress_line(0, 0, r) for r in failed)
 
 

@@ -1,0 +1,61 @@
+"""Test seams: named points where a router worker fails on purpose, the same way every run.
+
+A failure at a chosen step of a batch cannot be hit reliably from outside (a batch takes
+milliseconds), so the tests arm one here. ``CUTOVER_FAILPOINT=<name>`` arms one point, which
+fires once per process; with ``CUTOVER_FAILPOINT_ARM=<file>`` it fires only once that file
+exists (a test arms it when it wants). Unset, every check is one string comparison. Names:
+
+* ``after-checkpoint``: exit at once after a batch's checkpoint is written, before its output;
+* ``txn-before-send``: the batch's transactions are open, nothing of it is sent yet;
+* ``txn-after-send``: every record of the batch is delivered, the transactions not committed;
+* ``txn-commit-timeout``: the first commit is given no time (a real client timeout);
+* ``pause-before-commit``: the worker stops itself (SIGSTOP) after its batch is delivered and
+  before it commits it, and goes on where it stopped when the test sends SIGCONT (a zombie).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+from router.errors import FailpointHit
+
+log = logging.getLogger("cutover.router")
+
+ARMED = os.environ.get("CUTOVER_FAILPOINT", "")
+_ARM_FILE = os.environ.get("CUTOVER_FAILPOINT_ARM", "")
+_fired: set[str] = set()
+_lock = threading.Lock()  # partitions commit from several threads
+
+
+def fire(name: str) -> bool:
+    """True once, the first time ``name`` is reached while armed."""
+    if name != ARMED or name in _fired:
+        return False
+    if _ARM_FILE and not os.path.exists(_ARM_FILE):
+        return False
+    with _lock:
+        if name in _fired:
+            return False
+        _fired.add(name)
+    log.error("failpoint %s", name)
+    return True
+
+
+def raise_at(name: str) -> None:
+    """The batch fails here (handled as a failed send)."""
+    if fire(name):
+        raise FailpointHit(f"failpoint {name}")
+
+
+def pause_at(name: str) -> None:
+    """The worker stops here until SIGCONT."""
+    if fire(name):
+        for handler in logging.getLogger().handlers + log.handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(0.5)  # the stop reaches every thread before this one goes on
+        log.error("failpoint %s: resumed", name)

@@ -1,0 +1,243 @@
+"""Exactly-once output where the broker's transactions work: one transaction per partition batch.
+
+Each owned raw partition has a transactional producer of its own, ``transactional.id`` =
+``<group_id>.<route>.<partition>``; a batch's output, dead letters, shadow copies and
+checkpoint of that partition are written in one transaction of it. Why one per raw partition,
+and not one per worker fenced through ``send_offsets_to_transaction`` (KIP-447):
+
+* the new owner of a partition calls ``init_transactions`` with the same id before it reads
+  the checkpoint and the output back: the coordinator aborts the previous owner's open
+  transaction and fences its producer, whatever step it froze at. Under KIP-447 the group
+  generation is checked only when the offsets are sent; a worker that froze after that and
+  before its commit can still commit after its partitions moved;
+* a worker killed mid-batch leaves an open transaction that holds back every read_committed
+  consumer of its output partitions. Under the partition's id it is aborted by the takeover,
+  within seconds; under a worker's id it would stay until ``transaction.timeout.ms`` and the
+  coordinator's abort scan (60 s and 10 s by default), and failover would take that long.
+
+The cost is a producer per owned partition and one commit per written partition per batch
+(docs/performance.md gives the throughput with and without). Failures: a retriable commit error
+(a timeout) is retried; one that requires an abort aborts, and the partition is replayed from
+its checkpoint (:class:`BatchAborted`); a fenced producer (:class:`ProducerFenced`) means the
+partition has a newer owner: the worker gives its partitions up and rejoins the group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from cutover.settings import RouterSettings, Transactions
+from cutover.tansu import is_tansu
+from router.checkpoint import Checkpoint, produce_checkpoint
+from router.errors import (
+    BatchAborted,
+    FailpointHit,
+    OutputWriteFailed,
+    ProducerFenced,
+    RouterError,
+)
+from router.failpoints import fire, pause_at, raise_at
+from router.kafka_io import client_conf
+from router.partition import Owned
+
+log = logging.getLogger("cutover.router")
+
+PartitionKey = tuple[str, int]   # (route, raw partition)
+
+# A commit that times out is asked again (it goes on in the background) for at most this long.
+COMMIT_RETRY_S = 30.0
+INIT_TIMEOUT_S = 30.0
+COMMIT_THREADS = 8
+
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                     KafkaError.INVALID_PRODUCER_EPOCH,
+                     KafkaError.TRANSACTION_COORDINATOR_FENCED})
+
+
+def transactions_on(settings: RouterSettings) -> bool:
+    """The ``transactions`` setting, with ``auto`` decided by asking the broker what it is."""
+    if settings.transactions is Transactions.AUTO:
+        security = {k: str(v) for k, v in client_conf(settings, "admin").items()
+                    if k not in ("bootstrap.servers", "logger", "log_level")}
+        return not is_tansu(settings.bootstrap, security)
+    return settings.transactions is Transactions.ON
+
+
+def transactional_id(group_id: str, route: str, partition: int) -> str:
+    return f"{group_id}.{route}.{partition}"
+
+
+def is_fenced(exc: BaseException) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (err.code() in _FENCED or err.fatal())
+
+
+class PartitionTransactions:
+    """The transactional producers of the partitions this worker owns."""
+
+    def __init__(self, settings: RouterSettings) -> None:
+        self.settings = settings
+        self.producers: dict[PartitionKey, Producer] = {}
+        self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
+        self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
+        for rs in settings.routes:
+            for topic in (rs.output, rs.dead_letter, rs.shadow):
+                if topic is not None:
+                    self.route_of[topic] = rs.name
+
+    # -- ownership --------------------------------------------------------------------------
+
+    def take(self, keys: Iterable[PartitionKey]) -> None:
+        """Start the producers of partitions taken over. ``init_transactions`` aborts the
+        previous owner's open transaction and fences it: call before reading anything back."""
+        for key in keys:
+            if key in self.producers:
+                continue
+            route, p = key
+            producer = Producer(client_conf(
+                self.settings, "producer",
+                **{"transactional.id": transactional_id(self.settings.group_id, route, p),
+                   "linger.ms": 5, "batch.num.messages": 10000,
+                   "queue.buffering.max.messages": 1_000_000, "acks": "all"}))
+            producer.init_transactions(INIT_TIMEOUT_S)
+            self.producers[key] = producer
+
+    def drop(self, keys: Iterable[PartitionKey]) -> None:
+        """Close the producers of partitions given up (between batches: none is open)."""
+        for key in keys:
+            producer = self.producers.pop(key, None)
+            if producer is None:
+                continue
+            try:
+                producer.flush(5)
+            except KafkaException as exc:  # fenced: it has nothing left to deliver
+                log.info("partition %s/%d: producer closed (%s)", key[0], key[1], exc)
+
+    def close(self) -> None:
+        self.drop(list(self.producers))
+        self.pool.shutdown()
+
+    # -- one batch --------------------------------------------------------------------------
+
+    def producer_of(self, topic: str, partition: int) -> Producer:
+        """The producer of the partition a record of ``topic`` (output, dead letter, shadow)
+        belongs to."""
+        return self.producers[(self.route_of[topic], partition)]
+
+    def begin(self, keys: Iterable[PartitionKey]) -> None:
+        for key in keys:
+            self.producers[key].begin_transaction()
+
+    def flush(self, keys: Iterable[PartitionKey]) -> None:
+        for key in keys:
+            self.producers[key].flush(30)
+
+    def try_commit(self, key: PartitionKey) -> RouterError | None:
+        """:meth:`commit`, its failure returned (the partitions commit in parallel: a
+        commit is a round trip to the transaction coordinator, and the client releases the
+        interpreter while it waits)."""
+        try:
+            self.commit(key)
+        except (BatchAborted, ProducerFenced) as exc:
+            return exc
+        return None
+
+    def commit(self, key: PartitionKey) -> None:
+        """Commit one partition's transaction. A retriable error (a timeout) is asked again;
+        raise :class:`ProducerFenced` or :class:`BatchAborted` (after aborting) otherwise."""
+        producer = self.producers[key]
+        deadline = time.monotonic() + COMMIT_RETRY_S
+        timeout = commit_timeout_s()
+        while True:
+            try:
+                producer.commit_transaction(timeout)
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if is_fenced(exc):
+                    raise ProducerFenced(f"partition {key[0]}/{key[1]}: {err.str()}") from None
+                if err.retriable() and not err.txn_requires_abort() \
+                        and time.monotonic() < deadline:
+                    log.warning("partition %s/%d: commit did not complete (%s); asking again",
+                                key[0], key[1], err.str())
+                    timeout = -1
+                    continue
+                self.abort([key])
+                raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed "
+                                   f"({err.str()}); the batch was aborted") from None
+
+    def abort(self, keys: Iterable[PartitionKey]) -> set[PartitionKey]:
+        """Abort the open transactions of ``keys``; return those whose producer is fenced."""
+        fenced: set[PartitionKey] = set()
+        for key in keys:
+            producer = self.producers.get(key)
+            if producer is None:
+                continue
+            try:
+                producer.abort_transaction(INIT_TIMEOUT_S)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if is_fenced(exc):
+                    fenced.add(key)
+                elif err.code() != KafkaError._STATE:  # _STATE: no transaction was open
+                    log.warning("partition %s/%d: abort: %s", key[0], key[1], err.str())
+                    fenced.add(key)  # state unknown: give the partition up, take it again
+        return fenced
+
+
+class Failed(NamedTuple):
+    """The partitions of a batch that did not commit."""
+
+    aborted: set[PartitionKey]   # replayed from their checkpoints
+    fenced: set[PartitionKey]    # a newer owner has them
+
+
+def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
+                keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]]
+                ) -> Failed:
+    """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
+    output writer's produce, with the ownership checks; it returns the partitions whose output
+    partition was written), then the commits."""
+    written: list[Owned] = []
+    try:
+        txn.begin(keys)
+        if queued:
+            raise_at("txn-before-send")
+        for ck in ckpts:
+            produce_checkpoint(txn.producers[(ck.route, ck.partition)], ckpt_topic, ck)
+        if queued and fire("after-checkpoint"):
+            txn.flush(keys)
+            os._exit(137)
+        if queued:
+            written = send()
+            raise_at("txn-after-send")
+            pause_at("pause-before-commit")
+    except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
+        log.warning("batch aborted before its commit (%s)", exc)
+        fenced = txn.abort(keys)
+        return Failed(keys - fenced, fenced)
+    failed = Failed(set(), set())
+    order = sorted(keys)
+    for key, error in zip(order, txn.pool.map(txn.try_commit, order), strict=True):
+        if isinstance(error, BatchAborted):
+            log.warning("%s", error)
+            failed.aborted.add(key)
+        elif isinstance(error, ProducerFenced):
+            log.error("%s", error)
+            failed.fenced.add(key)
+    for owned in written:
+        if (owned.route.settings.name, owned.partition) not in failed.aborted | failed.fenced:
+            owned.durability.committed()
+    return failed
+
+
+def commit_timeout_s() -> float:
+    """The first commit's timeout; the ``txn-commit-timeout`` seam makes it expire at once."""
+    return 0.0 if fire("txn-commit-timeout") else 30.0

@@ -10,8 +10,10 @@ Every row was found by running that part with nothing but the rows granted (test
 * the **router** reads the control, raw and status topics (the status topic holds the last good
   plan for a restart), reads and writes the output (it reads it back when it takes over a
   partition) and the checkpoint topic, writes the dead-letter, shadow and status topics, and
-  joins its consumer group. Its other consumers (control and output readers, the output-end
-  probe) are assigned partitions and never join or commit, so they need no group right;
+  joins its consumer group; where transactions are on (Apache Kafka) it writes with the
+  transactional ids ``<group_id>.<route>.<partition>`` (one prefix ACL). Its other consumers
+  (control and output readers, the output-end probe) are assigned partitions and never join or
+  commit, so they need no group right;
 * the **operator** (``cutover switch/status/wait/plan``) writes and reads the control topic,
   reads the status topic and describes the raw topics (to know the partition count);
 * a **job** writes its raw topic; ``Write`` implies the ``Describe`` its producer needs to
@@ -33,7 +35,7 @@ from confluent_kafka.admin import (
 )
 from pydantic import BaseModel, ConfigDict
 
-from cutover.settings import RouterSettings, RouteSettings
+from cutover.settings import RouterSettings, RouteSettings, Transactions
 
 
 class Role(StrEnum):
@@ -45,6 +47,7 @@ class Role(StrEnum):
 class ResourceKind(StrEnum):
     TOPIC = "topic"
     GROUP = "group"
+    TRANSACTIONAL_ID = "transactional-id"
 
 
 class Operation(StrEnum):
@@ -75,9 +78,10 @@ class Resource(BaseModel):
 
     kind: ResourceKind
     name: str
+    prefixed: bool = False   # every name that starts with ``name`` (Kafka's PREFIXED pattern)
 
     def __str__(self) -> str:
-        return f"{self.kind.value} {self.name}"
+        return f"{self.kind.value} {self.name}{'*' if self.prefixed else ''}"
 
 
 class Right(BaseModel):
@@ -91,17 +95,20 @@ class Right(BaseModel):
 
     def binding(self, principal: str) -> AclBinding:
         """The ALLOW ACL that grants this right to ``principal`` (e.g. ``User:router``)."""
-        kind = (ResourceType.TOPIC if self.resource.kind is ResourceKind.TOPIC
-                else ResourceType.GROUP)
-        return AclBinding(kind, self.resource.name, ResourcePatternType.LITERAL, principal, "*",
+        kind = {ResourceKind.TOPIC: ResourceType.TOPIC, ResourceKind.GROUP: ResourceType.GROUP,
+                ResourceKind.TRANSACTIONAL_ID: ResourceType.TRANSACTIONAL_ID}[self.resource.kind]
+        pattern = (ResourcePatternType.PREFIXED if self.resource.prefixed
+                   else ResourcePatternType.LITERAL)
+        return AclBinding(kind, self.resource.name, pattern, principal, "*",
                           AclOperation[self.operation.name], AclPermissionType.ALLOW)
 
     def kafka_acls(self, principal: str, bootstrap: str) -> str:
         """The ``kafka-acls.sh`` command (run by an ACL administrator) that grants it."""
-        flag = "--topic" if self.resource.kind is ResourceKind.TOPIC else "--group"
+        flag = f"--{self.resource.kind.value}"
+        pattern = " --resource-pattern-type prefixed" if self.resource.prefixed else ""
         return (f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties "
                 f"--add --allow-principal {principal} --operation {self.operation.value} "
-                f"{flag} {self.resource.name}")
+                f"{flag} {self.resource.name}{pattern}")
 
 
 def operation_of(op: AclOperation) -> Operation | None:
@@ -141,7 +148,15 @@ def _router_shared(s: RouterSettings) -> list[Right]:
         Right(resource=_topic(ckpt), operation=Operation.WRITE, why="write checkpoints"),
         Right(resource=Resource(kind=ResourceKind.GROUP, name=s.group_id),
               operation=Operation.READ, why="join the router workers' group"),
-    ]
+    ] + ([] if s.transactions is Transactions.OFF else [
+        Right(resource=transactional_ids(s.group_id), operation=Operation.WRITE,
+              why="write each partition's batch in one transaction (transactions: auto/on)"),
+    ])
+
+
+def transactional_ids(group_id: str) -> Resource:
+    """The router's transactional ids, ``<group_id>.<route>.<partition>``, as one prefix."""
+    return Resource(kind=ResourceKind.TRANSACTIONAL_ID, name=f"{group_id}.", prefixed=True)
 
 
 def _operator_rights(s: RouterSettings, routes: list[RouteSettings]) -> list[Right]:

@@ -41,6 +41,7 @@ from router.errors import (
     FailpointHit,
     OutputWriteFailed,
     ProducerFenced,
+    RouterConfigError,
     RouterError,
 )
 from router.failpoints import fire, pause_at, raise_at
@@ -106,7 +107,17 @@ class PartitionTransactions:
                 **{"transactional.id": transactional_id(self.settings.group_id, route, p),
                    "linger.ms": 5, "batch.num.messages": 10000,
                    "queue.buffering.max.messages": 1_000_000, "acks": "all"}))
-            producer.init_transactions(INIT_TIMEOUT_S)
+            try:
+                producer.init_transactions(INIT_TIMEOUT_S)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                    raise
+                raise RouterConfigError(
+                    f"the broker refuses this worker the transactional id "
+                    f"{transactional_id(self.settings.group_id, route, p)}: grant its principal "
+                    f"Write on the transactional ids with the prefix '{self.settings.group_id}.' "
+                    "(README, Access control; `cutover doctor` checks it), or set transactions: "
+                    "off") from None
             self.producers[key] = producer
 
     def drop(self, keys: Iterable[PartitionKey]) -> None:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient
 from pydantic import BaseModel, ConfigDict
 
@@ -154,6 +154,25 @@ def see_group(admin: AdminClient, group: str, attempts: int = 10) -> Seen:
     raise CliError(f"the group coordinator for {group} did not answer; retry in a moment", 3)
 
 
+def see_transactional_ids(conf: Mapping[str, Any], resource: Resource) -> Seen:
+    """Whether the principal may use the router's transactional ids: no broker API reports it
+    (KIP-430 covers topics, groups and the cluster), so the doctor starts a transactional
+    producer under the prefix with an id no worker uses (``<prefix>cutover-doctor``). That
+    registers the id with a coordinator and writes nothing."""
+    producer = Producer({**conf, "transactional.id": f"{resource.name}cutover-doctor"})
+    try:
+        producer.init_transactions(15)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return Seen(resource=resource, exists=None, operations=frozenset())
+        raise CliError(f"could not check the transactional ids {resource.name}*: "
+                       f"{exc.args[0].str()}; retry in a moment", 3) from None
+    finally:
+        producer.flush(0)
+    return Seen(resource=resource, exists=True,
+                operations=frozenset({Operation.WRITE, Operation.DESCRIBE}))
+
+
 def examine(settings: RouterSettings, role: Role, route: str | None = None,
             job_topic: str | None = None) -> DoctorReport:
     """Connect as the settings' principal and compare what the broker allows with the table."""
@@ -167,6 +186,8 @@ def examine(settings: RouterSettings, role: Role, route: str | None = None,
     for r in resources:
         if r.kind is ResourceKind.GROUP:
             seen[r] = see_group(admin, r.name)
+        elif r.kind is ResourceKind.TRANSACTIONAL_ID:
+            seen[r] = see_transactional_ids(conf, r)
     checks = tuple(Check(right=x, granted=x.operation in seen[x.resource].operations)
                    for x in needed)
     excess = []

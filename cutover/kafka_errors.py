@@ -160,3 +160,9 @@ def topic_denial(admin: AdminClient, conf: Mapping[str, Any], topic: str,
     except KafkaException as exc:
         return denial(exc.args[0], topic, conf, needed)
     return None
+
+
+def transactional_id_refused(err: KafkaError) -> bool:
+    """Whether ``init_transactions`` failed because the principal may not use the
+    transactional id (a fatal error of the producer)."""
+    return bool(err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cutover.kafka_errors import transactional_id_refused
 from cutover.settings import RouterSettings, Transactions
 from cutover.tansu import is_tansu
 from router.checkpoint import Checkpoint, produce_checkpoint
@@ -110,7 +111,7 @@ class PartitionTransactions:
             try:
                 producer.init_transactions(INIT_TIMEOUT_S)
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                if not transactional_id_refused(exc.args[0]):
                     raise
                 raise RouterConfigError(
                     f"the broker refuses this worker the transactional id "

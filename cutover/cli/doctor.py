@@ -49,6 +49,7 @@ from cutover.kafka_errors import (
     explain_connect_failure,
     list_topics,
     principal_of,
+    transactional_id_refused,
 )
 from cutover.secrets import resolve_secrets
 from cutover.settings import RouterSettings, SettingsError, load_settings
@@ -159,16 +160,16 @@ def see_transactional_ids(conf: Mapping[str, Any], resource: Resource) -> Seen:
     (KIP-430 covers topics, groups and the cluster), so the doctor starts a transactional
     producer under the prefix with an id no worker uses (``<prefix>cutover-doctor``). That
     registers the id with a coordinator and writes nothing."""
-    producer = Producer({**conf, "transactional.id": f"{resource.name}cutover-doctor"})
+    quiet = ClientErrors()   # the refusal is the answer, not a log line
+    producer = Producer({**conf, "transactional.id": f"{resource.name}cutover-doctor",
+                         "error_cb": quiet, "logger": quiet})
     try:
         producer.init_transactions(15)
     except KafkaException as exc:
-        if exc.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        if transactional_id_refused(exc.args[0]):
             return Seen(resource=resource, exists=None, operations=frozenset())
         raise CliError(f"could not check the transactional ids {resource.name}*: "
                        f"{exc.args[0].str()}; retry in a moment", 3) from None
-    finally:
-        producer.flush(0)
     return Seen(resource=resource, exists=True,
                 operations=frozenset({Operation.WRITE, Operation.DESCRIBE}))
 

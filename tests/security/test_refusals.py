@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from cutover.access import Operation, Resource, ResourceKind, Right
+from cutover.access import Operation, Resource, ResourceKind, Right, Role, required_rights
 from cutover.broker import end_offsets
 from cutover.plan import CutoverPlan, Segment, utcnow
 from cutover.throwaway_pki import ThrowawayCA
@@ -133,3 +133,27 @@ def test_a_router_without_its_rights_stops_with_a_sentence(route: SecuredRoute) 
             f"{route.inputs[0]} (Broker: Topic authorization failed)") in out
     assert "Traceback" not in out
     assert_no_secret({"router output": out}, bare)
+
+
+def test_a_router_refused_its_transactional_ids_says_what_to_grant(route: SecuredRoute) -> None:
+    """Transactions are on by default on Apache Kafka: without the prefix ACL on its
+    transactional ids the worker stops at its first partition with the grant to add; the
+    doctor names the same right as missing."""
+    who = route.identity("notxn")
+    route.kafka.grant(r.binding(who.principal)
+                      for r in required_rights(route.settings(who), Role.ROUTER)
+                      if r.resource.kind is not ResourceKind.TRANSACTIONAL_ID)
+    doctor = route.cli(who, "doctor")
+    assert doctor.code == 1, doctor.text
+    assert f"MISSING Write     transactional-id {route.group}.*" in doctor.out
+    assert f"--transactional-id {route.group}. --resource-pattern-type prefixed" in doctor.out
+    config = route.write_settings(who)
+    done = subprocess.run([str(VENV_BIN / "cutover"), "router", "--config", str(config)],
+                          capture_output=True, text=True, timeout=180)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert (f"the broker refuses this worker the transactional id {route.group}.{route.name}."
+            in out)
+    assert f"Write on the transactional ids with the prefix '{route.group}.'" in out
+    assert "Traceback" not in out and "Traceback" not in doctor.text
+    assert_no_secret({"router output": out}, who)

@@ -26,6 +26,9 @@ from router.gc_pause import batch_gc_pause
 from tests.bench.passthrough import pass_batch
 from tests.bench.test_router_bench import EVENTS, PARTITIONS
 
+# The two loops below repeat the router benchmark's (tests/bench/test_router_bench.py) with a
+# CPU clock around them: this file runs against older checkouts, whose benchmark returns no CPU.
+
 
 def passthrough(bootstrap: str, raw: str, out: str, total: int) -> tuple[float, float]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{out}",

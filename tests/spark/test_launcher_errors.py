@@ -58,7 +58,11 @@ def test_undeterminable_event_time_stops_at_start_saying_what_to_pass(
 
 @pytest.mark.spark
 @pytest.mark.broker
-@pytest.mark.parametrize("connector", [True, False], ids=["jvm-connector", "no-connector"])
+# without the connector (the pure-Python source serving the reads) in make test-all: the
+# default suite keeps CI's time budget, and tests/spark/test_kafka_source.py covers that source
+@pytest.mark.parametrize("connector", [
+    pytest.param(True, id="jvm-connector"),
+    pytest.param(False, id="no-connector", marks=pytest.mark.slow)])
 def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: Path,
                                                       connector: bool) -> None:
     """The same job with ``--event-time timestamp``: the Kafka timestamp of the input record,
@@ -99,9 +103,10 @@ def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
 @pytest.mark.spark
 @pytest.mark.broker
 @pytest.mark.parametrize(("shape", "sentence"), [
-    ("overwrite", "cutover tag: the Kafka write in the foreachBatch function of query 'mirror' "
-                  "uses save mode 'overwrite', which Spark's Kafka connector does not allow "
-                  "either; use mode('append') or leave the default"),
+    pytest.param("overwrite", "cutover tag: the Kafka write in the foreachBatch function of "
+                 "query 'mirror' uses save mode 'overwrite', which Spark's Kafka connector does "
+                 "not allow either; use mode('append') or leave the default",
+                 marks=pytest.mark.slow),   # make test-all: CI's time budget
     ("complete", "cutover tag: the query writing to topic {sink!r} uses complete output mode"),
     pytest.param("plain-batch", "cutover tag: a batch Kafka write outside any streaming "
                  "query's foreachBatch has no watermark to take its records' event time from; "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cutover.access import Operation, Role, required_rights, route_resources
-from cutover.settings import RouterSettings, parse_settings
+from cutover.settings import RouterSettings, Transactions, parse_settings
 
 
 def _settings(**route: object) -> RouterSettings:
@@ -25,7 +25,19 @@ def test_router_row() -> None:
         ("topic", "orders", "Write"), ("topic", "orders.dlq", "Write"),
         ("topic", "orders.shadow", "Write"), ("topic", "bg.status", "Read"),
         ("topic", "bg.status", "Write"), ("topic", "routers.checkpoints", "Read"),
-        ("topic", "routers.checkpoints", "Write"), ("group", "routers", "Read")}
+        ("topic", "routers.checkpoints", "Write"), ("group", "routers", "Read"),
+        ("transactional-id", "routers.", "Write")}
+
+
+def test_the_transactional_ids_are_one_prefix_and_not_needed_without_transactions() -> None:
+    txn = [r for r in required_rights(_settings(), Role.ROUTER)
+           if r.resource.kind.value == "transactional-id"]
+    assert len(txn) == 1 and txn[0].resource.prefixed
+    assert "--transactional-id routers. --resource-pattern-type prefixed" in \
+        txn[0].kafka_acls("User:router", "k:9093")
+    off = _settings().model_copy(update={"transactions": Transactions.OFF})
+    assert all(r.resource.kind.value != "transactional-id"
+               for r in required_rights(off, Role.ROUTER))
 
 
 def test_operator_and_job_rows() -> None:

@@ -21,6 +21,7 @@ class PartitionProgress(BaseModel):
     boundary: int | None      # this partition's (maybe pinned) boundary of the transition
     watermarks: dict[str, int]
     held: int = 0
+    paused: bool = False
 
 
 def progress_of(ps: PartitionStatus, fallback_epoch: int | None = None) -> PartitionProgress:
@@ -28,7 +29,7 @@ def progress_of(ps: PartitionStatus, fallback_epoch: int | None = None) -> Parti
     epoch) serves status messages written before partitions carried their own."""
     epoch = ps.epoch if ps.epoch is not None else fallback_epoch
     return PartitionProgress(epoch=epoch, boundary=ps.boundary, watermarks=ps.watermarks,
-                             held=ps.held)
+                             held=ps.held, paused=ps.paused)
 
 
 def readiness(
@@ -61,7 +62,12 @@ def readiness(
                 seen = "no watermark yet" if wm is None else f"watermark {wm}"
                 holdups.append(Holdup(partition=p, version=version, watermark=wm, needed=b,
                                       why=f"{role} version {version!r} at {seen}, needs {b}"))
-        if prog.held:
+        if prog.paused:
+            holdups.append(Holdup(partition=p, version=old, watermark=prog.watermarks.get(old),
+                                  needed=b, why=f"paused: {prog.held} records held (max_held), "
+                                  f"waiting for old version {old!r} to pass {b}; the rest is "
+                                  "read again from the raw topic then"))
+        elif prog.held:
             holdups.append(Holdup(partition=p, version=None, watermark=None, needed=b,
                                   why=f"router still holds {prog.held} records"))
     if not holdups:

@@ -79,9 +79,10 @@ class RouteSettings(BaseModel):
     shadow: TopicName | None = Field(default=None, description="copy suppressed records here")
     dedup: DedupSettings = DedupSettings()
     handover: Handover = Handover.ORDERED
-    max_held: int = Field(default=100_000, gt=0,
-                          description="records held per partition in ordered handover before "
-                                      "the transition is reported stalled")
+    max_held: int = Field(default=10_000, gt=0,
+                          description="records held in memory per partition in ordered "
+                                      "handover; over it the partition pauses (reported) and "
+                                      "reads the rest again from the raw topic once released")
     future_tolerance_ms: int | None = Field(
         default=None, gt=0,
         description="a data record whose event time is further than this ahead of the time "

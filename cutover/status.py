@@ -65,6 +65,9 @@ class PartitionStatus(BaseModel):
     watermarks: dict[str, int] = Field(default_factory=dict)
     pinned: tuple[int, ...] = ()
     held: int = 0
+    paused: bool = Field(default=False, description="max_held records are held: records the "
+                         "rule would hold are not kept, and are read again from the raw topic "
+                         "when the old version releases the held ones")
 
 
 class Counters(BaseModel):
@@ -75,6 +78,7 @@ class Counters(BaseModel):
     duplicates: int = 0
     dead_lettered: int = 0
     held: int = 0
+    pauses: int = 0
 
     def add(self, other: Counters) -> Counters:
         sup = dict(self.suppressed)
@@ -83,7 +87,7 @@ class Counters(BaseModel):
         return Counters(forwarded=self.forwarded + other.forwarded, suppressed=sup,
                         duplicates=self.duplicates + other.duplicates,
                         dead_lettered=self.dead_lettered + other.dead_lettered,
-                        held=self.held + other.held)
+                        held=self.held + other.held, pauses=self.pauses + other.pauses)
 
 
 class RouteStatus(BaseModel):

@@ -52,6 +52,7 @@ from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
 from router.failpoints import fire, pause_at
 from router.gc_pause import batch_gc_pause
+from router.held_bound import Pass
 from router.kafka_io import (
     BrokerUnavailable,
     client_conf,
@@ -275,6 +276,9 @@ class DataPath:
         with batch_gc_pause():
             if msgs:
                 self._handle_all(msgs)
+            for owned in self.owned.values():
+                if owned.bound.pending:
+                    self._apply_pending(owned)
             for event in self._control.poll():
                 self.board.control_event(event)
                 if isinstance(event, PlanAccepted):
@@ -302,6 +306,8 @@ class DataPath:
                 continue
             off = msg.offset()
             dur = owned.durability
+            if owned.bound.topics and self._read_before(owned, msg, topic, off):
+                continue
             dur.next_offsets[topic] = off + 1
             dur.dirty = True
             headers = msg.headers()
@@ -333,6 +339,53 @@ class DataPath:
             inc = Incoming(tag.version, tag.event_time, tag.watermark, msg.key(), msg.value(),
                            tag.kind is RecordKind.HEARTBEAT, None, ref, msg.timestamp()[1])
         self._act(owned, owned.router.observe(inc))
+        if owned.bound.topics:
+            self._rewind_if_changed(owned)
+
+    # -- over max_held (router.held_bound) --------------------------------------------------
+
+    def _read_before(self, owned: Owned, msg: Message, topic: str, off: int) -> bool:
+        """For a record of a paused or rewinding topic: True when it is not to be decided now
+        (fetched before a rewind's seek, or decided on an earlier pass)."""
+        bound = owned.bound
+        if topic not in bound.topics:
+            return False
+        where = bound.place(topic, off)
+        if where is Pass.FIRST:
+            # a plan that waited applies before this record; if it rewinds, the record is
+            # read again after the rewound range
+            return bool(bound.pending) and self._apply_pending(owned)
+        if where is Pass.STALE:
+            return True
+        envelope = data_envelope(msg.headers())
+        if envelope is None:
+            try:
+                tag = parse_headers(msg.headers())
+            except HeaderError:
+                tag = None  # dead-lettered on its first pass
+            if tag is not None and tag.kind is RecordKind.DATA and tag.event_time is not None:
+                envelope = (tag.version, tag.event_time)
+        if envelope is not None and bound.dropped(topic, off, *envelope, msg.timestamp()[1]):
+            return False
+        dur = owned.durability
+        dur.next_offsets[topic] = off + 1
+        dur.dirty = True
+        return True
+
+    def _rewind_if_changed(self, owned: Owned) -> bool:
+        """The rule changed on a paused partition: read its records not kept again."""
+        assert self._consumer is not None
+        bound, dur = owned.bound, owned.durability
+        if not bound.dropping or owned.router.rule_changes == bound.rule_seen:
+            return False
+        for seek in bound.rewind(dur.next_offsets):
+            self._consumer.seek(TopicPartition(seek.topic, owned.partition, seek.offset))
+            dur.next_offsets[seek.topic] = seek.offset
+            dur.dirty = True
+            log.info("partition %s/%d: %s read again from offset %d (records not kept over "
+                     "max_held)", owned.route.settings.name, owned.partition, seek.topic,
+                     seek.offset)
+        return True
 
     def _consumer_error(self, msg: Message) -> None:
         err = msg.error()
@@ -343,10 +396,27 @@ class DataPath:
 
     def _apply_everywhere(self, plan: CutoverPlan) -> None:
         for owned in self.owned.values():
-            if owned.route.settings.name == plan.route:
-                self._act(owned, owned.router.apply_plan(plan))
-                owned.durability.dirty = True
+            if owned.route.settings.name != plan.route:
+                continue
+            if owned.bound.topics and owned.bound.rewinding(owned.durability.next_offsets):
+                owned.bound.pending.append(plan)  # applied once read again (router.held_bound)
+            else:
+                self._apply(owned, plan)
         self.board.changed = True
+
+    def _apply(self, owned: Owned, plan: CutoverPlan) -> bool:
+        """Apply a plan to one partition; True if that rewound one of its topics."""
+        self._act(owned, owned.router.apply_plan(plan))
+        owned.durability.dirty = True
+        return bool(owned.bound.topics) and self._rewind_if_changed(owned)
+
+    def _apply_pending(self, owned: Owned) -> bool:
+        """Plans that waited for a rewind, once it is read; True if one rewound again."""
+        bound = owned.bound
+        while bound.pending and not bound.rewinding(owned.durability.next_offsets):
+            if self._apply(owned, bound.pending.pop(0)):
+                return True
+        return False
 
     def _act(self, owned: Owned, decisions: list[Decision]) -> None:
         """Queue the output of decisions made on the general path."""
@@ -360,7 +430,10 @@ class DataPath:
                 continue
             rec = d.record
             ref: Ref = rec.ref
-            if outcome is Outcome.FORWARD:
+            if outcome is Outcome.OVER_BOUND:
+                owned.bound.drop(ref.topic, ref.offset, ref.out_pos, owned.router.hold_rule(),
+                                 owned.router.rule_changes)
+            elif outcome is Outcome.FORWARD:
                 if (ref.topic, ref.offset) not in skip:  # else in the output log already
                     writer.forward(owned, ref.topic, ref.offset, ref.headers, rec.key,
                                    rec.value)

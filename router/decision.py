@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from cutover.plan import CutoverPlan
+from router.held_bound import HoldRule
 from router.identity import IdentityError, IdentityFn
 
 NO_WATERMARK = -(1 << 63)
@@ -47,6 +48,9 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"      # identity already forwarded
     DEAD_LETTER = "dead_letter"  # cannot be routed safely; reason says why
     HOLD = "hold"                # waits (ordered handover, or no plan yet); decided later
+    # would wait, but the partition holds max_held records already: not kept, the caller reads
+    # it again from the raw topic when the rule changes (router.held_bound)
+    OVER_BOUND = "over_bound"
 
 
 @dataclass(slots=True)
@@ -132,6 +136,7 @@ class PartitionCounters:
     duplicates: int = 0
     dead_lettered: int = 0
     suppressed: dict[str, int] = field(default_factory=dict)
+    pauses: int = 0              # times the partition reached max_held and paused
 
 
 class DedupLookup(Protocol):
@@ -172,6 +177,9 @@ class PartitionRouter:
         self.watermarks: dict[str, int] = {}
         self.closed_through: int | None = None
         self.held: list[Incoming] = []
+        # Over max_held: records the rule holds are not kept until the rule changes.
+        self.paused = False
+        self.rule_changes = 0    # timeline or closed boundaries changed (router.held_bound)
         self.counters = PartitionCounters()
         # Derived from the timeline, for the per-record path.
         self._bounds: tuple[int, ...] = ()
@@ -206,10 +214,16 @@ class PartitionRouter:
             self._last_bound = self._bounds[-1] if self._bounds else None
         self._closed_upto = 0
         self._advance_closed()
+        self._rule_changed()
 
-    @property
-    def held_over_bound(self) -> bool:
-        return len(self.held) > self.max_held
+    def _rule_changed(self) -> None:
+        self.rule_changes += 1
+        self.paused = False
+
+    def hold_rule(self) -> HoldRule:
+        """A frozen copy of what decides HOLD now (router.held_bound)."""
+        return HoldRule(self.timeline is not None, self.ordered, self._bounds, self._primaries,
+                        self._closed_upto, self._tolerance)
 
     # -- plans ------------------------------------------------------------------------------
 
@@ -291,9 +305,7 @@ class PartitionRouter:
         if w is not None and rec.event_time - self._tolerance > w >= 0:  # type: ignore[operator]
             return self._poison(rec, w)
         if self.timeline is None:
-            if not releasing:
-                self.held.append(rec)
-            return Decision(Outcome.HOLD, rec, "no cutover plan for this route yet")
+            return self._hold(rec, releasing, "no cutover plan for this route yet")
         t: int = rec.event_time  # type: ignore[assignment]
         lb = self._last_bound
         seg = (len(self._bounds) if lb is None or t >= lb
@@ -302,11 +314,9 @@ class PartitionRouter:
             self._count_suppressed(rec.version, t)
             return Decision(Outcome.SUPPRESS, rec)
         if self.ordered and seg > self._closed_upto:
-            if not releasing:
-                self.held.append(rec)
-            return Decision(Outcome.HOLD, rec, "ordered handover: waiting for "
-                            f"{self._primaries[self._closed_upto]!r} to pass "
-                            f"{self._bounds[self._closed_upto]}")
+            return self._hold(rec, releasing, "ordered handover: waiting for "
+                              f"{self._primaries[self._closed_upto]!r} to pass "
+                              f"{self._bounds[self._closed_upto]}")
         h = self.horizon
         if h is not None and t < h - self.retention_ms:
             self.counters.dead_lettered += 1
@@ -326,6 +336,18 @@ class PartitionRouter:
         self.store.add(ident, t)
         self.counters.forwarded += 1
         return Decision(Outcome.FORWARD, rec)
+
+    def _hold(self, rec: Incoming, releasing: bool, reason: str) -> Decision:
+        if releasing:
+            return Decision(Outcome.HOLD, rec, reason)
+        if len(self.held) >= self.max_held:
+            if not self.paused:
+                self.paused = True
+                self.counters.pauses += 1
+            return Decision(Outcome.OVER_BOUND, rec, f"{reason}; {self.max_held} records held "
+                            "(max_held): not kept, read again from the raw topic")
+        self.held.append(rec)
+        return Decision(Outcome.HOLD, rec, reason)
 
     def _poison(self, rec: Incoming, written_at: int) -> Decision:
         self.counters.dead_lettered += 1
@@ -362,6 +384,7 @@ class PartitionRouter:
             top = bounds[i - 1]
             if ct is None or top > ct:
                 self.closed_through = top
+            self._rule_changed()
             return True
         return False
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cutover.settings import RouteSettings
 from router.decision import PartitionRouter
 from router.dedup_store import DedupStore
 from router.durability import Durability, Ref
+from router.held_bound import HeldBound
 from router.identity import IdentityFn
 
 
@@ -29,7 +30,13 @@ class Owned:
     router: PartitionRouter
     store: DedupStore
     durability: Durability
+    # Paused (over max_held) or rewinding raw topics of this partition; empty almost always.
+    bound: HeldBound = field(default_factory=HeldBound)
 
     def held_refs(self) -> list[Ref]:
-        """The raw records the rule holds (ordered handover): resume offsets stay at them."""
-        return [rec.ref for rec in self.router.held]
+        """The raw records the rule holds (ordered handover), and the first record of each
+        topic not kept over ``max_held``: resume offsets stay at them."""
+        refs = [rec.ref for rec in self.router.held]
+        refs.extend(Ref(topic, offset, None, out_pos)
+                    for topic, offset, out_pos in self.bound.resume_floor())
+        return refs

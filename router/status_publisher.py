@@ -43,6 +43,8 @@ class PartitionView(Protocol):
     @property
     def held(self) -> list[Any]: ...
     @property
+    def paused(self) -> bool: ...
+    @property
     def counters(self) -> PartitionCounters: ...
 
 
@@ -78,13 +80,14 @@ class StatusBoard:
         for p, pr in sorted(self.partitions(route).items()):
             held = len(pr.held)
             ps = PartitionStatus(epoch=pr.epoch, boundary=pr.boundary, horizon=pr.horizon,
-                                 watermarks=dict(pr.watermarks), pinned=pr.pinned, held=held)
+                                 watermarks=dict(pr.watermarks), pinned=pr.pinned, held=held,
+                                 paused=pr.paused)
             parts[p] = ps
             progress[p] = progress_of(ps)
             c = pr.counters
             counters = counters.add(Counters(
                 forwarded=c.forwarded, suppressed=dict(c.suppressed), duplicates=c.duplicates,
-                dead_lettered=c.dead_lettered, held=held))
+                dead_lettered=c.dead_lettered, held=held, pauses=c.pauses))
         transition = readiness(plan, progress, num_partitions, utcnow())
         return RouteStatus(route=route, epoch=plan.epoch if plan else None,
                            transition=transition, partitions=parts,
@@ -152,6 +155,10 @@ class StatusBoard:
             ("dead_lettered_total", "counter", "records sent to the dead-letter topic",
              lambda s: s.counters.dead_lettered),
             ("held", "gauge", "records held for ordered handover", lambda s: s.counters.held),
+            ("pauses_total", "counter", "times a partition reached max_held and paused",
+             lambda s: s.counters.pauses),
+            ("paused_partitions", "gauge", "partitions paused at max_held now",
+             lambda s: sum(ps.paused for ps in s.partitions.values())),
             ("plan_epoch", "gauge", "epoch of the plan in force", lambda s: s.epoch or 0),
         ]
         for name, kind, help_, value in per_route:

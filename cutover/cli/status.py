@@ -78,11 +78,11 @@ def _print_table(v: RouteView) -> None:
         print(f"  {p:>4} {w[:18]:<18} {e if e is not None else '-':>5} "
               f"{ps.boundary if ps.boundary is not None else '-':>15} "
               f"{ps.horizon if ps.horizon is not None else '-':>15} "
-              f"{ps.held:>6} " + " ".join(cells))
+              f"{ps.held:>6} " + " ".join(cells) + ("  PAUSED (max_held)" if ps.paused else ""))
     c = v.counters
     sup = ", ".join(f"{k}={n}" for k, n in sorted(c.suppressed.items())) or "0"
     print(f"  forwarded {c.forwarded}  suppressed {sup}  duplicates {c.duplicates}  "
-          f"dead-lettered {c.dead_lettered}  held {c.held}")
+          f"dead-lettered {c.dead_lettered}  held {c.held}  pauses {c.pauses}")
     if v.rejections:
         r = v.rejections[-1]
         print(f"  last rejected plan: epoch {r.epoch}: {r.reason}")

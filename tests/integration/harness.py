@@ -40,6 +40,7 @@ class Env:
     retention_ms: int = 3_600_000
     http_port: int | None = None
     shadow: bool = False
+    max_held: int | None = None
     name: str = field(default_factory=lambda: f"r{uuid.uuid4().hex[:8]}")
 
     def __post_init__(self) -> None:
@@ -65,7 +66,8 @@ class Env:
             "routes": [{"name": self.route, "inputs": self.inputs, "output": self.output,
                         "dead_letter": self.dlq, "handover": self.handover,
                         "dedup": {"identity": "record", "retention_ms": self.retention_ms},
-                        **({"shadow": self.shadow_topic} if self.shadow else {})}],
+                        **({"shadow": self.shadow_topic} if self.shadow else {}),
+                        **({"max_held": self.max_held} if self.max_held else {})}],
         }
         d.update(over)
         return d

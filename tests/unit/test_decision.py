@@ -193,16 +193,23 @@ def test_suppression_comes_before_retention_check() -> None:
     assert outcomes(r.observe(rec("green", 5))) == [("suppress", "green", 5)]
 
 
-def test_held_over_bound_is_reported_and_nothing_dropped() -> None:
+def test_over_max_held_the_partition_pauses_and_keeps_the_bound() -> None:
     r = router(max_held=2)
     r.apply_plan(BLUE)
     r.apply_plan(SWITCH_100)
-    for t in (101, 102, 103):
-        r.observe(rec("green", t))
-    assert r.held_over_bound and len(r.held) == 3
+    ds = [r.observe(rec("green", t))[0] for t in (101, 102, 103, 104)]
+    assert [d.outcome for d in ds] == ["hold", "hold", "over_bound", "over_bound"]
+    assert "max_held" in (ds[2].reason or "")
+    assert r.paused and r.counters.pauses == 1 and len(r.held) == 2
+    rule = r.hold_rule()
+    assert rule.holds("green", 103, None) and not rule.holds("blue", 99, None)
+    changes = r.rule_changes
     released = r.observe(beat("blue", 100))
-    assert outcomes(released) == [("forward", "green", t) for t in (101, 102, 103)]
-    assert not r.held_over_bound
+    assert outcomes(released) == [("forward", "green", t) for t in (101, 102)]
+    assert not r.paused and r.rule_changes > changes
+    # the caller reads the two not kept again: they are decided now
+    assert outcomes([r.observe(rec("green", t))[0] for t in (103, 104)]) == [
+        ("forward", "green", 103), ("forward", "green", 104)]
 
 
 def test_snapshot_round_trips_through_json() -> None:

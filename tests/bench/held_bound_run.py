@@ -1,0 +1,45 @@
+"""One router worker (the data path in this process) for the held-bound benchmark: prints a
+JSON line every 0.2 s with what it has read, held and forwarded and its RSS, so the parent
+measures memory against records waiting and the drain after the old version comes back.
+
+Usage: held_bound_run.py SETTINGS_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+from cutover.settings import parse_settings
+from router.datapath import DataPath
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def main() -> None:
+    settings = parse_settings(json.loads(sys.argv[1]))
+    engine = DataPath(settings, "held-bench")
+    print(json.dumps({"ready": True, "rss": rss_bytes()}), flush=True)
+    th = threading.Thread(target=engine.run, daemon=True)
+    th.start()
+    while th.is_alive():
+        owned = list(engine.owned.values())
+        print(json.dumps({
+            "read": sum(sum(o.durability.next_offsets.values()) for o in owned),
+            "held": sum(len(o.router.held) for o in owned),
+            "paused": sum(o.router.paused for o in owned),
+            "forwarded": sum(o.router.counters.forwarded for o in owned),
+            "partitions": len(owned), "rss": rss_bytes()}), flush=True)
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    main()

@@ -101,7 +101,11 @@ def _intro() -> str:
         "expired, the router catches up, then the frozen one gets `SIGCONT`. Those dead "
         "letters must be in the dead-letter topic exactly once. Without transactions (Tansu) "
         "dead letters are at-least-once (README, Durability): a repeat there is a row marked "
-        "*known residual*, kept in the table.",
+        "*known residual*, kept in the table. An old-job stall: right after the switch the "
+        "old job writes nothing for 5 batches while the new one leads, on a route with "
+        "`max_held: 8` (the new job writes ~17 records per partition per batch); with ordered "
+        "handover a partition must report `paused` before the old job comes back and writes "
+        "the batches it missed (the row's note says which partitions paused).",
         "",
         "The reference output is computed without the router: every event some version "
         "emitted, taken from the primary of its event time under the boundary of its "

@@ -45,6 +45,10 @@ from tests.conformance.scenario import Failure, Scenario
 
 OLD, NEW = "blue", "green"
 POISON = b"poison-"
+# The old-job stall cell: the old job misses this many phase-2 batches (the new one writes
+# ~17 records per partition per batch) on a route holding at most STALL_MAX_HELD per partition.
+STALL_BATCHES = 5
+STALL_MAX_HELD = 8
 
 
 class CellResult(BaseModel):
@@ -153,7 +157,9 @@ class Cell:
             "kafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
             "routes": [{"name": n, "inputs": [self.raw], "output": self.output,
                         "dead_letter": self.dlq, "handover": s.handover,
-                        "dedup": {"identity": s.identity, "retention_ms": 3_600_000}}],
+                        "dedup": {"identity": s.identity, "retention_ms": 3_600_000},
+                        **({"max_held": STALL_MAX_HELD} if s.failure is Failure.OLD_STALL
+                           else {})}],
         }))
         batches = generate(s)
         self.old = EmulatedJob(bootstrap, self.raw, OLD, batches, s.sources, s.shape)
@@ -303,7 +309,10 @@ class Cell:
         second: RouterChild | None = None
         killed: int | None = None
         for step in range(PHASE2_BATCHES):
-            for job in (new, old):
+            stalled = s.failure is Failure.OLD_STALL and step < STALL_BATCHES
+            if s.failure is Failure.OLD_STALL and step == STALL_BATCHES:
+                self._old_comes_back(res)
+            for job in (new, old) if not stalled else (new,):
                 crash = (s.failure is Failure.OLD_JOB_REPLAY and job is old) or \
                         (s.failure is Failure.NEW_JOB_REPLAY and job is new)
                 if crash and step == 2:  # the crashed batch straddles the boundary
@@ -361,6 +370,20 @@ class Cell:
         with contextlib.suppress(RuntimeError):
             self.wait_for("the output to hold the reference's count",
                           lambda: self.committed(self.output) >= len(ref), 20)
+
+    def _old_comes_back(self, res: CellResult) -> None:
+        """After the stall: with ordered handover some partition must have paused at
+        max_held; then the old job writes the batches it missed."""
+        if self.s.handover == "ordered":
+            self.wait_for("a partition paused at max_held", lambda: any(
+                ps.paused for ps, *_ in self.view().partitions.values()), 30)
+        v = self.view()
+        res.notes.append(f"old job silent for {STALL_BATCHES} batches; paused partitions "
+                         f"{sorted(p for p, (ps, *_) in v.partitions.items() if ps.paused)}, "
+                         f"held {sum(ps.held for ps, *_ in v.partitions.values())} "
+                         f"(max_held {STALL_MAX_HELD})")
+        while self.old.next_batch < self.new.next_batch:
+            self.old.run_batch()
 
     def _poison(self, res: CellResult) -> None:
         """One record per partition without the tagger's event time: dead letters."""

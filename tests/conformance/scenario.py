@@ -30,6 +30,10 @@ class Failure(StrEnum):
     # A worker freezes (SIGSTOP) after producing a batch, before committing it; its partitions
     # move to a second worker, which catches up; then the frozen one resumes (SIGCONT).
     ZOMBIE = "router_zombie"
+    # The old job stops writing right after the switch while the new one leads for
+    # STALL_BATCHES batches, far more than the route's max_held per partition (ordered
+    # handover pauses the partitions), then comes back and catches up.
+    OLD_STALL = "old_job_stall_past_max_held"
 
 
 class Scenario(BaseModel):

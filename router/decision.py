@@ -186,6 +186,8 @@ class PartitionRouter:
         self._primaries: tuple[str, ...] = ()
         self._last_bound: int | None = None
         self._closed_upto = 0  # leading boundaries whose handover is complete
+        self._hold_reason = self._over_reason = ""
+        self._rule_changed()
 
     # -- state ------------------------------------------------------------------------------
 
@@ -219,11 +221,23 @@ class PartitionRouter:
     def _rule_changed(self) -> None:
         self.rule_changes += 1
         self.paused = False
+        if self.timeline is None:
+            why = "no cutover plan for this route yet"
+        elif self._closed_upto < len(self._bounds):
+            why = (f"ordered handover: waiting for {self._primaries[self._closed_upto]!r} to "
+                   f"pass {self._bounds[self._closed_upto]}")
+        else:
+            why = "ordered handover"  # nothing is held once every boundary has closed
+        self._hold_reason = why
+        self._hold_rule = HoldRule(self.timeline is not None, self.ordered, self._bounds,
+                                   self._primaries, self._closed_upto, self._tolerance)
+        self._over_reason = (f"{why}; {self.max_held} records held (max_held): not kept, read "
+                             "again from the raw topic")
 
     def hold_rule(self) -> HoldRule:
-        """A frozen copy of what decides HOLD now (router.held_bound)."""
-        return HoldRule(self.timeline is not None, self.ordered, self._bounds, self._primaries,
-                        self._closed_upto, self._tolerance)
+        """A frozen copy of what decides HOLD now (router.held_bound); built at each rule
+        change, so asking costs nothing per record."""
+        return self._hold_rule
 
     # -- plans ------------------------------------------------------------------------------
 
@@ -305,7 +319,7 @@ class PartitionRouter:
         if w is not None and rec.event_time - self._tolerance > w >= 0:  # type: ignore[operator]
             return self._poison(rec, w)
         if self.timeline is None:
-            return self._hold(rec, releasing, "no cutover plan for this route yet")
+            return self._hold(rec, releasing)
         t: int = rec.event_time  # type: ignore[assignment]
         lb = self._last_bound
         seg = (len(self._bounds) if lb is None or t >= lb
@@ -314,9 +328,7 @@ class PartitionRouter:
             self._count_suppressed(rec.version, t)
             return Decision(Outcome.SUPPRESS, rec)
         if self.ordered and seg > self._closed_upto:
-            return self._hold(rec, releasing, "ordered handover: waiting for "
-                              f"{self._primaries[self._closed_upto]!r} to pass "
-                              f"{self._bounds[self._closed_upto]}")
+            return self._hold(rec, releasing)
         h = self.horizon
         if h is not None and t < h - self.retention_ms:
             self.counters.dead_lettered += 1
@@ -337,17 +349,18 @@ class PartitionRouter:
         self.counters.forwarded += 1
         return Decision(Outcome.FORWARD, rec)
 
-    def _hold(self, rec: Incoming, releasing: bool, reason: str) -> Decision:
+    def _hold(self, rec: Incoming, releasing: bool) -> Decision:
+        """HOLD (kept in :attr:`held`), or OVER_BOUND once ``max_held`` are kept. The reasons
+        are built once per rule change: a stalled old version sends every record here."""
         if releasing:
-            return Decision(Outcome.HOLD, rec, reason)
+            return Decision(Outcome.HOLD, rec, self._hold_reason)
         if len(self.held) >= self.max_held:
             if not self.paused:
                 self.paused = True
                 self.counters.pauses += 1
-            return Decision(Outcome.OVER_BOUND, rec, f"{reason}; {self.max_held} records held "
-                            "(max_held): not kept, read again from the raw topic")
+            return Decision(Outcome.OVER_BOUND, rec, self._over_reason)
         self.held.append(rec)
-        return Decision(Outcome.HOLD, rec, reason)
+        return Decision(Outcome.HOLD, rec, self._hold_reason)
 
     def _poison(self, rec: Incoming, written_at: int) -> Decision:
         self.counters.dead_lettered += 1

@@ -60,6 +60,18 @@ def words_per_bucket(filter_bytes: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
+IDENTITIES_PER_WORD = 8   # at most, in a sized filter: ~0.2% false positives per bucket probed
+
+
+def filter_bytes_for(identities: int) -> int:
+    """A ``dedup.filter_bytes`` for a partition with ``identities`` in retention: each bucket
+    (half of them) at most :data:`IDENTITIES_PER_WORD` per word, so that about 1% of new
+    identities reach RocksDB (measured: docs/performance.md, "Dedup store at scale"); about 4
+    to 8 bytes per identity, the power-of-two rounding deciding which."""
+    words = max(1, -(-identities // (SPANS_PER_RETENTION * IDENTITIES_PER_WORD)))
+    return 8 * MAX_LIVE_BUCKETS * (1 << (words - 1).bit_length())
+
+
 def span_of(retention_ms: int) -> int:
     """Event-time span of one bucket."""
     return max(1, -(-retention_ms // SPANS_PER_RETENTION))

@@ -1,7 +1,8 @@
 """One size of the dedup-store scale benchmark, in a process of its own so that its RSS is the
 store's alone: fill a store with N identities in retention as the router does, then measure.
 
-Usage: python -m tests.bench.dedup_scale N DIR   (prints one JSON line; DIR is removed)
+Usage: python -m tests.bench.dedup_scale N DIR [FILTER_BYTES]   (prints one JSON line; DIR is
+removed; FILTER_BYTES: ``dedup.filter_bytes``, default the setting's default)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SAMPLE = 200_000             # lookups timed at the filled size
 @dataclass(frozen=True)
 class SizeResult:
     identities: int
+    filter_setting_mb: float     # dedup.filter_bytes of the run
     rss_growth_mb: float         # after the fill, over the process before the store opened
     rss_bytes_per_identity: float
     disk_mb: float
@@ -64,8 +66,9 @@ def fill(store: DedupStore, n: int) -> None:
     store.flush()
 
 
-def measure(n: int, path: Path) -> SizeResult:
-    settings = DedupSettings(retention_ms=RETENTION_MS)
+def measure(n: int, path: Path, filter_bytes: int | None = None) -> SizeResult:
+    settings = (DedupSettings(retention_ms=RETENTION_MS) if filter_bytes is None else
+                DedupSettings(retention_ms=RETENTION_MS, filter_bytes=filter_bytes))
     rss0 = rss()
     store = DedupStore(path, settings)
     start = time.perf_counter()
@@ -90,7 +93,8 @@ def measure(n: int, path: Path) -> SizeResult:
     assert found == k, f"{k - found} identities were not found"
     del fresh, old
     growth = rss() - rss0
-    result = dict(identities=n, rss_growth_mb=growth / 2**20,
+    result = dict(identities=n, filter_setting_mb=settings.filter_bytes / 2**20,
+                  rss_growth_mb=growth / 2**20,
                   rss_bytes_per_identity=growth / n, disk_mb=store.disk_bytes() / 2**20,
                   filter_mb=store.filter_bytes / 2**20, fill_us_per_record=fill_s / n * 1e6,
                   new_us_per_record=new_s / k * 1e6,
@@ -106,7 +110,7 @@ def reopen(path: Path, settings: DedupSettings) -> dict[str, float]:
     probe = ("import sys, time, json; from pathlib import Path; "
              "from tests.bench.dedup_scale import rss, DedupStore, DedupSettings; "
              "r0 = rss(); t0 = time.perf_counter(); "
-             f"s = DedupStore(Path(sys.argv[1]), DedupSettings(retention_ms={RETENTION_MS})); "
+             "s = DedupStore(Path(sys.argv[1]), DedupSettings.model_validate_json(sys.argv[2])); "
              "dt = time.perf_counter() - t0; "
              "print(json.dumps([dt, (rss() - r0) / 2**20, s.filters_rebuilt])); s.close()")
     out: dict[str, float] = {}
@@ -115,7 +119,8 @@ def reopen(path: Path, settings: DedupSettings) -> dict[str, float]:
             db = Rdict(str(path), Options(raw_mode=True))
             db.delete(b"mfilters")
             db.close()
-        done = subprocess.run([sys.executable, "-c", probe, str(path)], check=True,
+        done = subprocess.run([sys.executable, "-c", probe, str(path),
+                               settings.model_dump_json()], check=True,
                               capture_output=True, text=True, cwd=Path(__file__).parents[2])
         dt, grown, rebuilt = json.loads(done.stdout.strip().splitlines()[-1])
         assert rebuilt == (label == "open_after_crash_s")
@@ -127,8 +132,9 @@ def reopen(path: Path, settings: DedupSettings) -> dict[str, float]:
 
 def main() -> None:
     n, path = int(sys.argv[1]), Path(sys.argv[2])
+    filter_bytes = int(sys.argv[3]) if len(sys.argv) > 3 else None
     try:
-        print(json.dumps(asdict(measure(n, path))))
+        print(json.dumps(asdict(measure(n, path, filter_bytes))))
     finally:
         shutil.rmtree(path, ignore_errors=True)
 

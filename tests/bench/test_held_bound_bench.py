@@ -5,7 +5,7 @@ asserted (CUTOVER_BENCH_HELD sets the new version's records, default 1,000,000).
 
 The switch is in place, the old version (blue) has written everything below the boundary and
 then goes silent; the new version (green) has written ``HELD`` records at or above it. A router
-worker (tests/bench/held_bound_run.py, its own process) reads them all: bounded, each partition
+worker (tests/bench/worker_progress.py, its own process) reads them all: bounded, each partition
 keeps 10,000 and pauses; unbounded, it keeps them all. Then blue's heartbeat passes the
 boundary on every partition and the worker forwards every held record (bounded: reading the
 raw partition again from the first record it did not keep).
@@ -92,7 +92,7 @@ def _run(bootstrap: str, raw: str, tag: str, max_held: int, state: Path) -> dict
                 "kafka": {"session.timeout.ms": 6000},
                 "routes": [{"name": "held", "inputs": [raw], "output": out,
                             "max_held": max_held}]}
-    child = subprocess.Popen([sys.executable, str(HERE / "held_bound_run.py"),
+    child = subprocess.Popen([sys.executable, str(HERE / "worker_progress.py"),
                               json.dumps(settings)], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     lines = iter(child.stdout)

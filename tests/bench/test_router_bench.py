@@ -35,7 +35,7 @@ TXN_ROUNDS = 5
 BATCH = 1000             # events per emulated micro-batch, each followed by heartbeats
 
 
-def _fill(bootstrap: str, topic: str) -> int:
+def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> int:
     """What the tagger writes: each version's micro-batches of data, each batch followed by a
     heartbeat on every partition (the router's watermarks come from those)."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
@@ -50,7 +50,7 @@ def _fill(bootstrap: str, topic: str) -> int:
             except BufferError:
                 p.poll(0.05)
 
-    for i in range(EVENTS):
+    for i in range(events):
         t = BASE_T + i * 10
         batch = i // BATCH
         for v in ("blue", "green"):

@@ -1,8 +1,8 @@
-"""One router worker (the data path in this process) for the held-bound benchmark: prints a
-JSON line every 0.2 s with what it has read, held and forwarded and its RSS, so the parent
-measures memory against records waiting and the drain after the old version comes back.
+"""One router worker (the data path in this process) for the benchmarks that watch workers
+from outside: prints a JSON line every 0.2 s with what it owns, has read, held, decided and
+forwarded, and its RSS (the held-bound and the two-worker benchmarks).
 
-Usage: held_bound_run.py SETTINGS_JSON
+Usage: worker_progress.py SETTINGS_JSON [WORKER_ID]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from cutover.settings import parse_settings
 from router.datapath import DataPath
+from router.decision import PartitionCounters
 
 
 def rss_bytes() -> int:
@@ -24,9 +25,13 @@ def rss_bytes() -> int:
     return 0
 
 
+def decided(c: PartitionCounters) -> int:
+    return c.forwarded + c.duplicates + c.dead_lettered + sum(c.suppressed.values())
+
+
 def main() -> None:
     settings = parse_settings(json.loads(sys.argv[1]))
-    engine = DataPath(settings, "held-bench")
+    engine = DataPath(settings, sys.argv[2] if len(sys.argv) > 2 else "bench-worker")
     print(json.dumps({"ready": True, "rss": rss_bytes()}), flush=True)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
@@ -37,6 +42,8 @@ def main() -> None:
             "held": sum(len(o.router.held) for o in owned),
             "paused": sum(o.router.paused for o in owned),
             "forwarded": sum(o.router.counters.forwarded for o in owned),
+            "decided": sum(decided(o.router.counters) for o in owned),
+            "t": time.monotonic(),
             "partitions": len(owned), "rss": rss_bytes()}), flush=True)
         time.sleep(0.2)
 

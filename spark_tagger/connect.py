@@ -11,11 +11,14 @@ server's Python imports :mod:`spark_tagger` to run it (the README says how to sh
 the batch's watermark from the checkpoint through the server, and produces from the server's
 executors as on a classic driver.
 
-Refused at start on Connect, naming the query: a job's own ``foreachBatch`` function (it runs
-in the server's Python, where the tagger cannot tie the Kafka writes it makes to the batch),
-batch Kafka writes (``df.write.format("kafka")``), and two queries writing one topic (each
+A job's own ``foreachBatch`` function is wrapped before it is pickled, and its batch Kafka
+writes are tagged on the server; a batch Kafka write outside any query is tagged from the
+client (:mod:`.connect_writes`).
+
+Refused at start on Connect, naming the query: two Kafka sinks writing one topic (each
 query's tagger runs in its own server-side process, so heartbeats cannot carry the lower of
-their watermarks, see :class:`.tagger.SharedTopicWatermarks`).
+their watermarks, see :class:`.tagger.SharedTopicWatermarks`), and a ``foreachBatch`` query
+without a checkpoint location (its batches' watermarks are read from it).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from spark_tagger.checkpoint import parse_offset_log
+from spark_tagger.connect_writes import ConnectForeachBatch, client_save, read_batch_watermark
 from spark_tagger.event_time import (
     EVENT_TIME_COLUMN,
     TIME_WINDOW_KEY,
@@ -59,13 +62,10 @@ def attach_event_time_connect(df: ConnectDataFrame, expression: str | None
                               ) -> tuple[ConnectDataFrame, str]:
     """``df`` with :data:`EVENT_TIME_COLUMN` added, by the rules of :mod:`.event_time`."""
     from pyspark.errors import AnalysisException
-    from pyspark.sql.connect import functions as CF
     from pyspark.sql.connect.dataframe import DataFrame as CDF
 
     session = df.sparkSession
-    spine = [df._plan]
-    while type(spine[-1]).__name__ in _PASSTHROUGH and spine[-1]._child is not None:
-        spine.append(spine[-1]._child)
+    spine = _spine(df)
 
     def frame(depth: int) -> ConnectDataFrame:
         return df if depth == 0 else CDF(spine[depth], session)
@@ -114,18 +114,50 @@ def attach_event_time_connect(df: ConnectDataFrame, expression: str | None
                 "pass --event-time COLUMN (a timestamp or epoch-ms column of the job's data) "
                 "or --event-time 'SQL expression'")
     depth, sql, what = chosen
-    plan: Any = frame(depth).selectExpr("*", f"{sql} AS {EVENT_TIME_COLUMN}")._plan
+    return _carry_up(df, spine, depth,
+                     frame(depth).selectExpr("*", f"{sql} AS {EVENT_TIME_COLUMN}")._plan), what
+
+
+def _spine(df: ConnectDataFrame) -> list[Any]:
+    """``df``'s plan and the nodes below it whose rows are their child's."""
+    spine = [df._plan]
+    while type(spine[-1]).__name__ in _PASSTHROUGH and spine[-1]._child is not None:
+        spine.append(spine[-1]._child)
+    return spine
+
+
+def _carry_up(df: ConnectDataFrame, spine: list[Any], depth: int, plan: Any
+              ) -> ConnectDataFrame:
+    """``df`` rebuilt on ``plan`` (which has the event-time column) in place of the node at
+    ``depth``, every projection above it keeping the column."""
+    from pyspark.sql.connect import functions as CF
+    from pyspark.sql.connect.dataframe import DataFrame as CDF
+
     for above in reversed(spine[:depth]):
         node: Any = copy.copy(above)
         node._child = plan
         if type(node).__name__ == "Project":
             node._columns = [*node._columns, CF.col(EVENT_TIME_COLUMN)]
         plan = node
-    out = CDF(plan, session)
+    out = CDF(plan, df.sparkSession)
     if out.columns[:-1] != df.columns:
         raise EventTimeError("internal: carrying the event time changed the job's columns "
                              f"({df.columns} -> {out.columns})")
-    return out, what
+    return out
+
+
+def carried_event_time_connect(df: ConnectDataFrame) -> ConnectDataFrame:
+    """``df`` as written inside a wrapped ``foreachBatch`` function, with the event-time column
+    its query carried brought up from below (through select, filter and the like);
+    :class:`EventTimeError` when no node below has it."""
+    from pyspark.sql.connect.dataframe import DataFrame as CDF
+
+    spine = _spine(df)
+    for depth, node in enumerate(spine):
+        frame = df if depth == 0 else CDF(node, df.sparkSession)
+        if EVENT_TIME_COLUMN in frame.columns:
+            return df if depth == 0 else _carry_up(df, spine, depth, node)
+    raise EventTimeError("the written DataFrame does not keep the batch's rows")
 
 
 class ConnectBatchTagger:
@@ -140,9 +172,7 @@ class ConnectBatchTagger:
 
     def watermark(self, batch_df: Any, batch_id: int) -> int | None:
         """The batch's watermark from ``offsets/<batch_id>``, read through the server."""
-        rows = batch_df.sparkSession.read.text(f"{self.checkpoint}/offsets/{batch_id}",
-                                               wholetext=True).collect()
-        return parse_offset_log(rows[0][0]).batchWatermarkMs or None
+        return read_batch_watermark(batch_df.sparkSession, self.checkpoint, batch_id)
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -167,11 +197,8 @@ def start_connect(writer: Any, settings: TagSettings) -> None:
     """Before a Connect query starts: tag a Kafka sink in place, refuse what can't be tagged."""
     proto = writer._write_proto
     if proto.HasField("foreach_batch"):
-        raise TaggerError(
-            f"{_query(proto, 'a foreachBatch query')} runs its foreachBatch function in the "
-            "Spark Connect server's Python, where the tagger cannot tie the Kafka writes it "
-            "makes to the batch; on Connect write to Kafka with writeStream.format('kafka'), "
-            "or run the job on a classic session")
+        _wrap_foreach_batch(writer, settings)
+        return
     if proto.format.strip().lower() != "kafka":
         return
     options = dict(proto.options)
@@ -198,20 +225,53 @@ def start_connect(writer: Any, settings: TagSettings) -> None:
     if proto.HasField("continuous_checkpoint_interval"):
         raise TaggerError("continuous triggers are not supported by the tagger (it works per "
                           "micro-batch); use processingTime or availableNow")
-    from pyspark.sql.connect.dataframe import DataFrame as CDF
-
-    df = CDF(writer._write_stream._child, writer._session)
-    try:
-        tagged, what = attach_event_time_connect(df, settings.event_time)
-    except EventTimeError as exc:
-        raise TaggerError(str(exc)) from None
-    writer._write_stream._child = tagged._plan
+    what = _carry_event_time(writer, settings, None)
     proto.ClearField("format")
     writer.foreachBatch(ConnectBatchTagger(settings, sink, checkpoint))  # pickled as data
     _TOPICS.add(sink.topic)
     if not settings.quiet:
         print(f"cutover tag: version {settings.version} -> topic {sink.topic}; event time: "
               f"{what} (Spark Connect)", file=sys.stderr, flush=True)
+
+
+def _carry_event_time(writer: Any, settings: TagSettings, query: str | None) -> str:
+    """Add the event-time column to the query's plan; what it was found from. ``query``
+    prefixes a refusal's sentence."""
+    from pyspark.sql.connect.dataframe import DataFrame as CDF
+
+    df = CDF(writer._write_stream._child, writer._session)
+    try:
+        tagged, what = attach_event_time_connect(df, settings.event_time)
+    except EventTimeError as exc:
+        raise TaggerError(str(exc) if query is None else f"{query}: {exc}") from None
+    writer._write_stream._child = tagged._plan
+    return what
+
+
+def _wrap_foreach_batch(writer: Any, settings: TagSettings) -> None:
+    """A ``foreachBatch`` query: its function, wrapped, goes to the server instead."""
+    proto = writer._write_proto
+    query = _query(proto, "the foreachBatch query")
+    func = getattr(writer, "_cutover_func", None)
+    if func is None or isinstance(func, ConnectForeachBatch):
+        raise TaggerError(f"{query}: its foreachBatch function was set in a way the tagger "
+                          "did not see; set it with writeStream.foreachBatch(function)")
+    checkpoint = dict(proto.options).get("checkpointLocation")
+    if not checkpoint:
+        raise TaggerError(f"{query} has no checkpointLocation option; on Spark Connect the "
+                          "tagger reads each batch's watermark from the query's checkpoint, so "
+                          "set .option('checkpointLocation', ...)")
+    check_output_mode(proto.output_mode or None, query, settings.quiet)
+    if proto.HasField("continuous_checkpoint_interval"):
+        raise TaggerError("continuous triggers are not supported by the tagger (it works per "
+                          "micro-batch); use processingTime or availableNow")
+    what = _carry_event_time(writer, settings, query)
+    writer.foreachBatch(ConnectForeachBatch(func, settings, checkpoint, query,
+                                            proto.query_name or None))
+    if not settings.quiet:
+        print(f"cutover tag: version {settings.version} -> the Kafka writes of {query}'s "
+              f"foreachBatch function; event time: {what} (Spark Connect)", file=sys.stderr,
+              flush=True)
 
 
 def install_connect(settings: TagSettings, patch: Any) -> bool:
@@ -236,19 +296,13 @@ def install_connect(settings: TagSettings, patch: Any) -> bool:
         start_connect(self, settings)
         return original_start(self, path=path, tableName=tableName, partitionBy=partitionBy)
 
-    original_save = DataFrameWriter.save
+    original_foreach_batch = DataStreamWriter.foreachBatch
 
-    def save(self: Any, path: str | None = None, format: str | None = None,
-             mode: str | None = None, partitionBy: Any = None, **options: Any) -> Any:
-        source = format or self._write.source
-        if isinstance(source, str) and source.strip().lower() == "kafka":
-            raise TaggerError(
-                "the job writes to Kafka with the batch writer (df.write.format('kafka')) on "
-                "Spark Connect, where the tagger does not serve it; write to Kafka from a "
-                "streaming query with writeStream.format('kafka'), or run the job on a "
-                "classic session")
-        return original_save(self, path, format, mode, partitionBy, **options)
+    def foreach_batch(self: Any, func: Any) -> Any:
+        self._cutover_func = func  # wrapped at start, once the query's settings are known
+        return original_foreach_batch(self, func)
 
     patch(DataStreamWriter, "_start_internal", start_internal)
-    patch(DataFrameWriter, "save", save)
+    patch(DataStreamWriter, "foreachBatch", foreach_batch)
+    patch(DataFrameWriter, "save", client_save(DataFrameWriter.save, settings))
     return True

@@ -4,8 +4,11 @@ The windowed example with its session built by ``SparkSession.builder.remote("lo
 (a Connect server started in the job's process, its queries run there, its foreachBatch in the
 server's own Python workers): every record is checked against the input and the checkpoint as
 on a classic driver (window end as event time, the batch that emitted it, that batch's
-watermark, heartbeats on every partition). What Connect cannot serve is refused at start with
-the sentence: a job's own foreachBatch function, a batch Kafka write.
+watermark, heartbeats on every partition). A job's own foreachBatch function writing with the
+batch Kafka writer (run by the server's Python) and a batch Kafka write outside any query are
+tagged too. What Connect cannot serve is refused at start with the sentence: two Kafka sinks on
+one topic; a batch write without --event-time has no event time and is refused as on a classic
+session.
 """
 
 from __future__ import annotations
@@ -102,15 +105,69 @@ def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
     assert beats == sorted((p, b) for p in range(PARTITIONS) for b in wms)
 
 
+def _connect_job(bootstrap: str, tmp_path: Path, shape: str, count: int = 20,
+                 flags: tuple[str, ...] = ()) -> tuple[str, str, subprocess.CompletedProcess[str]]:
+    n = uuid.uuid4().hex[:8]
+    tin, out = f"connect-{shape}-in-{n}", f"connect-{shape}-out-{n}"
+    create_topics(bootstrap, {tin: 2, out: 3})
+    write_orders(bootstrap, tin, make_orders(EventSpec(count=count)))
+    res = subprocess.run(tag_command("blue", TEST_JOBS / "connect_session.py",
+                                     ["local[2]", bootstrap, tin, out, str(tmp_path / "ck"),
+                                      shape], flags),
+                         capture_output=True, text=True, timeout=600,
+                         env={**spark_env(), **CONNECT_LOCAL_ENV},
+                         cwd=REPO, stdin=subprocess.DEVNULL)
+    return tin, out, res
+
+
+def test_foreach_batch_on_spark_connect_is_tagged_on_the_server(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The job's foreachBatch function runs in the Connect server's Python and writes each
+    batch with df.write.format('kafka'): every record is its input record, tagged with its
+    input's timestamp (the watermark column) as event time, the batch that read it and that
+    batch's watermark from the checkpoint; heartbeats to every partition after each batch."""
+    tin, out, res = _connect_job(bootstrap, tmp_path, "foreach-batch", count=40)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ("cutover tag: version blue -> the Kafka writes of query 'mirror''s foreachBatch "
+            "function; event time: watermark column 'timestamp' (Spark Connect)") in res.stderr
+    inputs = read_topic(bootstrap, tin)
+    logs = offset_logs(tmp_path / "ck", tin)
+    assert len(logs) >= 3 and committed_batches(tmp_path / "ck") == {g.batch for g in logs}
+    wms = {g.batch: g.meta.batchWatermarkMs or None for g in logs}
+    batch_of = assign_batches(logs, {(r.partition, r.offset): r for r in inputs})
+    want = {(r.key, r.value): (r.timestamp, batch_of[(r.partition, r.offset)]) for r in inputs}
+    records = read_topic(bootstrap, out)
+    data = [r for r in records if not r.header(KIND)]
+    assert sorted((r.key, r.value) for r in data) == sorted(want), "lost or doubled records"
+    for r in data:
+        tagged = parse_headers(list(r.headers))
+        ts, batch = want[(r.key, r.value)]
+        assert (tagged.version, tagged.event_time, tagged.batch) == ("blue", ts, batch)
+        assert tagged.watermark == wms[batch]
+    beats = sorted((r.partition, int(r.header("bg.batch") or -1)) for r in records
+                   if r.header(KIND))
+    assert beats == sorted((p, b) for p in range(3) for b in wms)
+
+
+@pytest.mark.slow
+def test_batch_write_on_spark_connect_is_tagged_with_the_event_time_given(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    _, out, res = _connect_job(bootstrap, tmp_path, "batch-write",
+                               flags=("--event-time", "timestamp_millis(cast(value as bigint))"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "cutover tag: batch write of 1 records to" in res.stderr
+    (record,) = read_topic(bootstrap, out)
+    tagged = parse_headers(list(record.headers))
+    assert (tagged.version, tagged.event_time, tagged.watermark) == ("blue", 1767225600000,
+                                                                      None)
+
+
 @pytest.mark.parametrize(("shape", "sentence"), [
-    ("foreach-batch", "cutover tag: query 'mirror' runs its foreachBatch function in the Spark "
-                      "Connect server's Python, where the tagger cannot tie the Kafka writes it "
-                      "makes to the batch; on Connect write to Kafka with "
-                      "writeStream.format('kafka'), or run the job on a classic session"),
-    pytest.param("batch-write", "cutover tag: the job writes to Kafka with the batch writer "
-                 "(df.write.format('kafka')) on Spark Connect, where the tagger does not "
-                 "serve it; write to Kafka from a streaming query with "
-                 "writeStream.format('kafka'), or run the job on a classic session",
+    pytest.param("batch-write", "cutover tag: a batch Kafka write outside any streaming "
+                 "query's foreachBatch has no watermark to take its records' event time "
+                 "from; pass --event-time COLUMN|EXPR (a timestamp or epoch-ms column)",
                  marks=pytest.mark.slow),
     pytest.param("shared-topic", "cutover tag: the query writing to topic {out!r} writes to "
                  "topic {out!r}, which another query of the job writes too; on Spark Connect "
@@ -121,16 +178,7 @@ def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
 def test_what_connect_cannot_serve_is_refused_at_start(
     bootstrap: str, tmp_path: Path, shape: str, sentence: str
 ) -> None:
-    n = uuid.uuid4().hex[:8]
-    tin, out = f"connect-r-in-{n}", f"connect-r-out-{n}"
-    create_topics(bootstrap, {tin: 2, out: 2})
-    write_orders(bootstrap, tin, make_orders(EventSpec(count=20)))
-    res = subprocess.run(tag_command("blue", TEST_JOBS / "connect_session.py",
-                                     ["local[2]", bootstrap, tin, out, str(tmp_path / "ck"),
-                                      shape]),
-                         capture_output=True, text=True, timeout=300,
-                         env={**spark_env(), **CONNECT_LOCAL_ENV},
-                         cwd=REPO, stdin=subprocess.DEVNULL)
+    _, out, res = _connect_job(bootstrap, tmp_path, shape)
     assert res.returncode == 2, res.stderr[-3000:]
     # the sentence is the launcher's last word (Spark's server, stopping, may log after it)
     assert sentence.format(out=out) in res.stderr.splitlines(), res.stderr[-2000:]

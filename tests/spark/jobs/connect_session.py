@@ -1,7 +1,8 @@
-"""Jobs on a Spark Connect session (``SparkSession.builder.remote(argv[1])``) that the tagger
-refuses, one per argv[6]: ``foreach-batch`` (a foreachBatch query), ``batch-write`` (a batch
-Kafka write), ``shared-topic`` (two Kafka sinks on one topic). Args: url bootstrap input output
-checkpoint shape."""
+"""Job shapes on a Spark Connect session (``SparkSession.builder.remote(argv[1])``), one per
+argv[6]: ``foreach-batch`` (a foreachBatch query mirroring its input to Kafka with the batch
+writer, a few records per batch), ``batch-write`` (a batch Kafka write of one record whose
+value is an epoch-ms time), ``shared-topic`` (two Kafka sinks on one topic, refused). Args: url
+bootstrap input output checkpoint shape."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from pyspark.sql import DataFrame, SparkSession
 url, bootstrap, source, sink, checkpoint, shape = sys.argv[1:7]
 spark = SparkSession.builder.remote(url).getOrCreate()
 if shape == "batch-write":
-    (spark.createDataFrame([("k", "v")], "key STRING, value STRING").write.format("kafka")
+    (spark.createDataFrame([("k", "1767225600000")], "key STRING, value STRING")
+     .write.format("kafka")
      .option("kafka.bootstrap.servers", bootstrap).option("topic", sink).save())
     sys.exit(0)
 orders = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", source).option("startingOffsets", "earliest").load()
+          .option("subscribe", source).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", "15").load()
           .withWatermark("timestamp", "5 seconds"))
 
 

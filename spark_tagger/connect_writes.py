@@ -167,7 +167,10 @@ def save_in_batch(writer: Any, scope: ConnectScope) -> None:
             "do the aggregation in the streaming query") from None
     tagging = Tagging(version=scope.owner.settings.version, batch=scope.batch_id,
                       watermark=scope.watermark(), event_time_column=EVENT_TIME_COLUMN)
-    scope.wrote(sink, write_tagged(tagged, sink, tagging))
+    counts = write_tagged(tagged, sink, tagging)
+    if not counts and sink.topic is not None:  # an empty batch has no task to count it
+        counts = [TopicCount(topic=sink.topic, records=0, without_event_time=0)]
+    scope.wrote(sink, counts)
 
 
 def save_plain(writer: Any, settings: TagSettings) -> None:

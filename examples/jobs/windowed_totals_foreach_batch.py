@@ -7,6 +7,9 @@ under the tagger with
 
     cutover tag --version blue -- examples/jobs/windowed_totals_foreach_batch.py \
         --bootstrap HOST:PORT --input orders --output customer_totals.raw --checkpoint /tmp/ck/fb
+
+With ``--remote local[2]`` (or ``sc://host:port``) its session is a Spark Connect client and the
+function runs in the Connect server's Python, which must be able to import the tagger.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--window", default="10 seconds")
     p.add_argument("--watermark-delay", default="5 seconds")
     p.add_argument("--trigger", default="1 second", help="processing-time trigger interval")
+    p.add_argument("--remote", default=None,
+                   help="a Spark Connect URL (sc://host:port, or local[N] for a local server)")
     p.add_argument("--available-now", action="store_true",
                    help="process what the input holds now, then stop")
     return p.parse_args()
@@ -39,8 +44,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    spark = (SparkSession.builder.appName("windowed-totals-foreach-batch")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    builder = (SparkSession.builder.remote(args.remote) if args.remote
+               else SparkSession.builder.appName("windowed-totals-foreach-batch"))
+    spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
 
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", args.bootstrap)

@@ -55,15 +55,17 @@ def _ms(iso: str) -> int:
 
 
 @pytest.mark.slow  # about two minutes (a Connect server in the job): make test-all runs it
+@pytest.mark.parametrize("job", ["windowed_totals_connect.py",
+                                 "windowed_totals_foreach_batch.py"])
 def test_windowed_job_on_spark_connect_is_tagged_like_on_a_classic_driver(
-    bootstrap: str, tmp_path: Path
+    bootstrap: str, tmp_path: Path, job: str
 ) -> None:
     n = uuid.uuid4().hex[:8]
     tin, out = f"connect-in-{n}", f"connect-out-{n}"
     create_topics(bootstrap, {tin: 2, out: PARTITIONS})
     write_orders(bootstrap, tin, make_orders(SPEC))
     ck = tmp_path / "ck"
-    run = run_tag(tag_command("blue", JOBS / "windowed_totals_connect.py", [
+    run = run_tag(tag_command("blue", JOBS / job, [
         "--remote", "local[2]", "--bootstrap", bootstrap, "--input", tin, "--output", out,
         "--checkpoint", str(ck), "--available-now", "--max-offsets-per-trigger", "60"]),
         tmp_path / "job.log", timeout=600, env=CONNECT_LOCAL_ENV)

@@ -134,8 +134,9 @@ def send_heartbeats(sink: SinkOptions, topic: str, version: str, watermark: int 
 
 def say(settings: TagSettings, report: BatchReport) -> None:
     """The per-batch line on stderr, unless ``--quiet``."""
-    if not settings.quiet:
-        print(f"cutover tag: {report.model_dump_json()}", file=sys.stderr, flush=True)
+    if not settings.quiet:  # one write: on Spark Connect the server's Python shares the stream
+        sys.stderr.write(f"cutover tag: {report.model_dump_json()}\n")
+        sys.stderr.flush()
 
 
 class SharedTopicWatermarks:

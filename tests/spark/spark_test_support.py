@@ -107,9 +107,11 @@ class TagRun:
         return "\n".join(self.text().splitlines()[-lines:])
 
     def reports(self) -> list[BatchReport]:
-        """The per-batch lines (Spark's progress bar may share a line with them, after a CR)."""
+        """The per-batch lines (Spark's progress bar may share a line with them, after a CR;
+        on Spark Connect another process's output may follow one on its line)."""
         marker = "cutover tag: {"
-        return [BatchReport.model_validate_json(line[line.index(marker) + len(marker) - 1:])
+        decode = json.JSONDecoder().raw_decode
+        return [BatchReport.model_validate(decode(line, line.index(marker) + len(marker) - 1)[0])
                 for line in self.text().splitlines() if marker in line]
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from spark_test_support import (
+    CONNECT_LOCAL_ENV,
     JOBS,
     TEST_JOBS,
     TagRun,
@@ -188,20 +189,24 @@ def test_a_replayed_foreach_batch_writes_the_same_bytes(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("remote", [None, "local[2]"], ids=["classic", "spark-connect"])
 def test_kill_9_inside_a_foreach_batch_function_then_restart_gives_identical_duplicates(
-    bootstrap: str, tmp_path: Path
+    bootstrap: str, tmp_path: Path, remote: str | None
 ) -> None:
     """kill -9 of the whole job after the function's Kafka write of a batch and before its
-    heartbeats (the function is still running); the restart replays that batch."""
+    heartbeats (the function is still running); the restart replays that batch. On Spark
+    Connect the function runs in the server's Python, in the job's process group here."""
     from confluent_kafka import Consumer, TopicPartition
 
     tin, tout = f"fbkill-in-{uuid.uuid4().hex[:8]}", f"fbkill-out-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {tin: 2, tout: 3})
     write_orders(bootstrap, tin, make_orders(EventSpec(seed=29, count=240, customers=6)))
     ck = tmp_path / "ck"
-    args = ["--bootstrap", bootstrap, "--input", tin, "--output", tout, "--checkpoint", str(ck)]
+    args = ["--bootstrap", bootstrap, "--input", tin, "--output", tout, "--checkpoint", str(ck),
+            *(["--remote", remote] if remote else [])]
+    env = CONNECT_LOCAL_ENV if remote else None
     job = TEST_JOBS / "slow_audit.py"
-    first = TagRun(tag_command("blue", job, args), tmp_path / "first.log").start()
+    first = TagRun(tag_command("blue", job, args), tmp_path / "first.log", env or {}).start()
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fb-kill-watch",
                          "enable.auto.commit": False})
     consumer.assign([TopicPartition(tout, p, 0) for p in range(3)])
@@ -228,7 +233,7 @@ def test_kill_9_inside_a_foreach_batch_function_then_restart_gives_identical_dup
     assert killed_in not in committed_batches(ck)
     before = read_topic(bootstrap, tout)
     second = run_tag(tag_command("blue", job, [*args, "--available-now"]),
-                     tmp_path / "second.log", timeout=400)
+                     tmp_path / "second.log", timeout=400, env=env)
     after = read_topic(bootstrap, tout)
     orders = orders_by_position(read_topic(bootstrap, tin))
     logs = offset_logs(ck, tin)

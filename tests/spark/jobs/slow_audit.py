@@ -1,7 +1,8 @@
 """A foreachBatch function that writes each batch to Kafka, then takes two seconds more (it
 stands for a slow second write elsewhere), so a test can kill the job between the two.
 
-Args: --bootstrap --input --output --checkpoint [--available-now].
+Args: --bootstrap --input --output --checkpoint [--available-now] [--remote URL] (a Spark
+Connect session: the function then runs in the Connect server's Python).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ p = argparse.ArgumentParser()
 for name in ("--bootstrap", "--input", "--output", "--checkpoint"):
     p.add_argument(name, required=True)
 p.add_argument("--available-now", action="store_true")
+p.add_argument("--remote", default=None)
 args = p.parse_args()
-spark = SparkSession.builder.appName("slow-audit").getOrCreate()
+spark = (SparkSession.builder.remote(args.remote) if args.remote
+         else SparkSession.builder.appName("slow-audit")).getOrCreate()
 orders = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap)
           .option("subscribe", args.input).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", 40).load()

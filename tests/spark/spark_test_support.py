@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
 from cutover.cli.orders import Order
+from cutover.headers import parse_headers
 from spark_tagger.checkpoint import OffsetLogMetadata, parse_offset_log
 from spark_tagger.tagger import BatchReport
 from tests.topics import RawRecord
@@ -200,3 +203,33 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+class OutputWatcher:
+    """Follows the output topic while the job runs, to kill it at the right moment."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kill-watch",
+                                  "enable.auto.commit": False, "enable.partition.eof": False,
+                                  "fetch.wait.max.ms": 20})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.data_batches: set[int] = set()
+        self.beat_batches: set[int] = set()
+
+    def poll(self) -> None:
+        for msg in self.consumer.consume(500, 0.1):
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                continue
+            tagged = parse_headers(msg.headers())
+            assert tagged.batch is not None
+            if tagged.kind == "heartbeat":
+                self.beat_batches.add(tagged.batch)
+            else:
+                self.data_batches.add(tagged.batch)
+
+    def mid_batch(self) -> int | None:
+        """A batch some of whose data is out but whose heartbeats are not: it is running."""
+        self.poll()
+        running = [b for b in self.data_batches - self.beat_batches if b >= 1]
+        return min(running) if running else None

@@ -12,9 +12,9 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from spark_test_support import (
     TEST_JOBS,
+    OutputWatcher,
     TagRun,
     assign_batches,
     committed_batches,
@@ -35,36 +35,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker]
 PARTITIONS = 4
 
 
-class OutputWatcher:
-    """Follows the output topic while the job runs, to kill it at the right moment."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kill-watch",
-                                  "enable.auto.commit": False, "enable.partition.eof": False,
-                                  "fetch.wait.max.ms": 20})
-        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        self.data_batches: set[int] = set()
-        self.beat_batches: set[int] = set()
-
-    def poll(self) -> None:
-        for msg in self.consumer.consume(500, 0.1):
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                continue
-            tagged = parse_headers(msg.headers())
-            assert tagged.batch is not None
-            if tagged.kind == "heartbeat":
-                self.beat_batches.add(tagged.batch)
-            else:
-                self.data_batches.add(tagged.batch)
-
-    def mid_batch(self) -> int | None:
-        """A batch some of whose data is out but whose heartbeats are not: it is running."""
-        self.poll()
-        running = [b for b in self.data_batches - self.beat_batches if b >= 1]
-        return min(running) if running else None
-
-
 def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     bootstrap: str, tmp_path: pytest.TempPathFactory
 ) -> None:
@@ -77,7 +47,7 @@ def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     job = TEST_JOBS / "slow_enrich.py"
 
     first = TagRun(tag_command("blue", job, args), tmp_path / "first.log").start()
-    watcher = OutputWatcher(bootstrap, tout)
+    watcher = OutputWatcher(bootstrap, tout, PARTITIONS)
     try:
 
         def running() -> int | None:

@@ -1,0 +1,136 @@
+"""kill -9 of the example jobs of the other shapes mid-batch, then a restart on the checkpoint:
+update output mode (``running_totals.py``), a stream-stream join (``paid_orders.py``) and a
+plain Kafka sink on Spark Connect (``windowed_totals_connect.py``).
+
+Each job runs twice on the same input: once straight through (the reference), once killed
+while a batch has written data but not yet its heartbeats and then restarted with
+``--available-now``. The killed run's records, copies removed, are the reference's (key,
+value, event time); every copy is byte-identical to its original (headers included) and belongs
+to the killed batch; every committed batch's heartbeats reach every partition. Both runs read
+at most 40 input records a batch and 64 shuffle partitions, so a batch's write lasts long enough
+to be caught in the middle.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from spark_test_support import (
+    CONNECT_LOCAL_ENV,
+    JOBS,
+    OutputWatcher,
+    TagRun,
+    committed_batches,
+    run_tag,
+    tag_command,
+    wait_for,
+)
+
+from cutover.broker import create_topics
+from cutover.cli.orders import EventSpec, make_orders, write_orders
+from cutover.headers import EVENT_TIME, KIND, parse_headers
+from spark_tagger.partitioner import partition_for
+from tests.topics import RawRecord, read_topic
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+
+OUT = 3
+SLOW_TASKS = ["--conf", "spark.sql.shuffle.partitions=64"]
+SPEC = EventSpec(seed=67, count=320, customers=6, step_ms=250, max_disorder_ms=1_000,
+                 closing_gap_ms=60_000)
+
+
+def _inputs(bootstrap: str, shape: str, n: str) -> list[str]:
+    """The job's input arguments, topics created and filled."""
+    orders = f"ks-o-{shape}-{n}"
+    create_topics(bootstrap, {orders: 2})
+    made = make_orders(SPEC)
+    write_orders(bootstrap, orders, made)
+    if shape != "stream-join":
+        return ["--input", orders]
+    payments = f"ks-p-{n}"
+    create_topics(bootstrap, {payments: 2})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i, o in sorted(enumerate(made), key=lambda x: x[1].ts):
+        if i % 4:
+            key = o.order_id.encode()
+            producer.produce(payments, key=key, partition=partition_for(key, None, 2),
+                             value=json.dumps({"order_id": o.order_id,
+                                               "paid_ts": o.ts + (i * 7919) % 20_000}))
+    assert producer.flush(30) == 0
+    return ["--orders", orders, "--payments", payments]
+
+
+SHAPES = {
+    "update-mode": ("running_totals.py", [], {}),
+    "stream-join": ("paid_orders.py", ["--event-time", "greatest(order_time, paid_time)"], {}),
+    "spark-connect": ("windowed_totals_connect.py", [], CONNECT_LOCAL_ENV),
+}
+
+
+def _meaning(records: list[RawRecord]) -> Counter[tuple[bytes | None, bytes | None, str]]:
+    return Counter((r.key, r.value, r.header(EVENT_TIME) or "") for r in records
+                   if not r.header(KIND))
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
+    bootstrap: str, tmp_path: Path, shape: str
+) -> None:
+    job, flags, env = SHAPES[shape]
+    n = uuid.uuid4().hex[:8]
+    inputs = _inputs(bootstrap, shape, n)
+    extra = ["--remote", "local[2]"] if shape == "spark-connect" else []
+    ref_out, out = f"ks-ref-{shape}-{n}", f"ks-out-{shape}-{n}"
+    create_topics(bootstrap, {ref_out: OUT, out: OUT})
+
+    def args(topic: str, ck: Path) -> list[str]:
+        return ["--bootstrap", bootstrap, *inputs, "--output", topic, "--checkpoint", str(ck),
+                "--max-offsets-per-trigger", "40", *extra]
+
+    run_tag(tag_command("blue", JOBS / job, [*args(ref_out, tmp_path / "ref"),
+                                            "--available-now"], [*flags, *SLOW_TASKS]),
+            tmp_path / "ref.log", timeout=600, env=env)
+    ck = tmp_path / "ck"
+    first = TagRun(tag_command("blue", JOBS / job, args(out, ck), [*flags, *SLOW_TASKS]),
+                   tmp_path / "first.log", env).start()
+    watcher = OutputWatcher(bootstrap, out, OUT)
+    try:
+
+        def running() -> int | None:
+            assert first.proc.poll() is None, f"the job ended early:\n{first.tail()}"
+            batch = watcher.mid_batch()
+            return batch if batch is not None and batch not in committed_batches(ck) else None
+
+        killed_in = wait_for(running, 400, "a batch in progress", interval=0.02)
+        first.kill()
+    finally:
+        if first.proc.poll() is None:
+            first.kill()
+        watcher.consumer.close()
+    assert killed_in not in committed_batches(ck), "the batch was committed: not mid-batch"
+    run_tag(tag_command("blue", JOBS / job, [*args(out, ck), "--available-now"],
+                        [*flags, *SLOW_TASKS]), tmp_path / "second.log", timeout=600, env=env)
+
+    reference, after = read_topic(bootstrap, ref_out), read_topic(bootstrap, out)
+    assert set(_meaning(after)) == set(_meaning(reference)), "records lost or invented"
+    assert all(n == 1 for n in _meaning(reference).values())
+    copies: dict[tuple[bytes | None, bytes | None, str], list[RawRecord]] = defaultdict(list)
+    for r in after:
+        if not r.header(KIND):
+            copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
+    doubled = [rs for rs in copies.values() if len(rs) > 1]
+    assert doubled, "the kill interrupted no batch that had written records"
+    for rs in doubled:
+        assert len(rs) == 2 and len({r.content for r in rs}) == 1, "a replayed copy differs"
+        assert parse_headers(list(rs[0].headers)).batch == killed_in
+    for b in committed_batches(ck):
+        for p in range(OUT):
+            beats = [r for r in after if r.header(KIND) and r.partition == p
+                     and r.header("bg.batch") == str(b)]
+            assert beats and len({r.content for r in beats}) == 1, (p, b)

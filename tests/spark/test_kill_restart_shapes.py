@@ -1,12 +1,14 @@
 """kill -9 of the example jobs of the other shapes mid-batch, then a restart on the checkpoint:
-update output mode (``running_totals.py``), a stream-stream join (``paid_orders.py``) and a
-plain Kafka sink on Spark Connect (``windowed_totals_connect.py``).
+update output mode (``running_totals.py``), a stream-stream join (``paid_orders.py``), a
+plain Kafka sink on Spark Connect (``windowed_totals_connect.py``) and three queries in one job
+(``orders_with_audit.py``: two Kafka sinks and a ``foreachBatch`` writer, each to its topic).
 
 Each job runs twice on the same input: once straight through (the reference), once killed
 while a batch has written data but not yet its heartbeats and then restarted with
 ``--available-now``. The killed run's records, copies removed, are the reference's (key,
-value, event time); every copy is byte-identical to its original (headers included) and belongs
-to the killed batch; every committed batch's heartbeats reach every partition. Both runs read
+value, event time), topic by topic; every copy is byte-identical to its original (headers
+included), and on the watched topic belongs to the killed batch; every committed batch's
+heartbeats reach every partition of its query's topic. Both runs read
 at most 40 input records a batch and 64 shuffle partitions, so a batch's write lasts long enough
 to be caught in the middle.
 """
@@ -66,10 +68,17 @@ def _inputs(bootstrap: str, shape: str, n: str) -> list[str]:
     return ["--orders", orders, "--payments", payments]
 
 
+# job, tagger flags, environment, outputs: (flag, the query's checkpoint under --checkpoint);
+# the first output is the one watched for a batch in progress
+ONE = (("--output", ""),)
 SHAPES = {
-    "update-mode": ("running_totals.py", [], {}),
-    "stream-join": ("paid_orders.py", ["--event-time", "greatest(order_time, paid_time)"], {}),
-    "spark-connect": ("windowed_totals_connect.py", [], CONNECT_LOCAL_ENV),
+    "update-mode": ("running_totals.py", [], {}, ONE),
+    "stream-join": ("paid_orders.py", ["--event-time", "greatest(order_time, paid_time)"], {},
+                    ONE),
+    "spark-connect": ("windowed_totals_connect.py", [], CONNECT_LOCAL_ENV, ONE),
+    "several-queries": ("orders_with_audit.py", [], {},
+                        (("--enriched", "enriched"), ("--totals", "totals"),
+                         ("--audit", "audit"))),
 }
 
 
@@ -82,30 +91,33 @@ def _meaning(records: list[RawRecord]) -> Counter[tuple[bytes | None, bytes | No
 def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
     bootstrap: str, tmp_path: Path, shape: str
 ) -> None:
-    job, flags, env = SHAPES[shape]
+    job, flags, env, outputs = SHAPES[shape]
     n = uuid.uuid4().hex[:8]
     inputs = _inputs(bootstrap, shape, n)
     extra = ["--remote", "local[2]"] if shape == "spark-connect" else []
-    ref_out, out = f"ks-ref-{shape}-{n}", f"ks-out-{shape}-{n}"
-    create_topics(bootstrap, {ref_out: OUT, out: OUT})
+    ref = {flag: f"ks-ref-{shape}{flag}-{n}" for flag, _ in outputs}
+    out = {flag: f"ks-out-{shape}{flag}-{n}" for flag, _ in outputs}
+    create_topics(bootstrap, dict.fromkeys([*ref.values(), *out.values()], OUT))
 
-    def args(topic: str, ck: Path) -> list[str]:
-        return ["--bootstrap", bootstrap, *inputs, "--output", topic, "--checkpoint", str(ck),
+    def args(topics: dict[str, str], ck: Path) -> list[str]:
+        named = [w for flag, topic in topics.items() for w in (flag, topic)]
+        return ["--bootstrap", bootstrap, *inputs, *named, "--checkpoint", str(ck),
                 "--max-offsets-per-trigger", "40", *extra]
 
-    run_tag(tag_command("blue", JOBS / job, [*args(ref_out, tmp_path / "ref"),
-                                            "--available-now"], [*flags, *SLOW_TASKS]),
-            tmp_path / "ref.log", timeout=600, env=env)
+    run_tag(tag_command("blue", JOBS / job, [*args(ref, tmp_path / "ref"), "--available-now"],
+                        [*flags, *SLOW_TASKS]), tmp_path / "ref.log", timeout=600, env=env)
     ck = tmp_path / "ck"
+    watched, watched_ck = outputs[0][0], ck / outputs[0][1]
     first = TagRun(tag_command("blue", JOBS / job, args(out, ck), [*flags, *SLOW_TASKS]),
                    tmp_path / "first.log", env).start()
-    watcher = OutputWatcher(bootstrap, out, OUT)
+    watcher = OutputWatcher(bootstrap, out[watched], OUT)
     try:
 
         def running() -> int | None:
             assert first.proc.poll() is None, f"the job ended early:\n{first.tail()}"
             batch = watcher.mid_batch()
-            return batch if batch is not None and batch not in committed_batches(ck) else None
+            return (batch if batch is not None and batch not in committed_batches(watched_ck)
+                    else None)
 
         killed_in = wait_for(running, 400, "a batch in progress", interval=0.02)
         first.kill()
@@ -113,11 +125,16 @@ def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
         if first.proc.poll() is None:
             first.kill()
         watcher.consumer.close()
-    assert killed_in not in committed_batches(ck), "the batch was committed: not mid-batch"
+    assert killed_in not in committed_batches(watched_ck), "not mid-batch"
     run_tag(tag_command("blue", JOBS / job, [*args(out, ck), "--available-now"],
                         [*flags, *SLOW_TASKS]), tmp_path / "second.log", timeout=600, env=env)
+    for flag, sub in outputs:
+        _check_topic(read_topic(bootstrap, ref[flag]), read_topic(bootstrap, out[flag]),
+                     committed_batches(ck / sub), killed_in if flag == watched else None)
 
-    reference, after = read_topic(bootstrap, ref_out), read_topic(bootstrap, out)
+
+def _check_topic(reference: list[RawRecord], after: list[RawRecord], committed: set[int],
+                 killed_in: int | None) -> None:
     assert set(_meaning(after)) == set(_meaning(reference)), "records lost or invented"
     assert all(n == 1 for n in _meaning(reference).values())
     copies: dict[tuple[bytes | None, bytes | None, str], list[RawRecord]] = defaultdict(list)
@@ -125,11 +142,12 @@ def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
         if not r.header(KIND):
             copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
     doubled = [rs for rs in copies.values() if len(rs) > 1]
-    assert doubled, "the kill interrupted no batch that had written records"
     for rs in doubled:
         assert len(rs) == 2 and len({r.content for r in rs}) == 1, "a replayed copy differs"
-        assert parse_headers(list(rs[0].headers)).batch == killed_in
-    for b in committed_batches(ck):
+    if killed_in is not None:
+        assert doubled, "the kill interrupted no batch that had written records"
+        assert {parse_headers(list(rs[0].headers)).batch for rs in doubled} == {killed_in}
+    for b in committed:
         for p in range(OUT):
             beats = [r for r in after if r.header(KIND) and r.partition == p
                      and r.header("bg.batch") == str(b)]

@@ -84,8 +84,7 @@ class OutputWriter:
         owned.durability.queue_forward(topic, off)
         p = owned.partition
         src = f"{topic}:{p}:{off}".encode()
-        hdrs = list(headers or ())
-        hdrs.append((SRC, src))
+        hdrs: Headers = [*headers, (SRC, src)] if headers else [(SRC, src)]  # one list built
         self.queue.append((owned.route.settings.output, p, key, value, hdrs, src))
 
     def dead_letter(self, owned: Owned, ref: Ref, key: bytes | None, value: bytes | None,

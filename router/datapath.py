@@ -296,27 +296,35 @@ class DataPath:
         forward = Outcome.FORWARD
         assert self._writer is not None
         queue_forward = self._writer.forward
+        # A consumed batch comes in long runs of one partition's records (a fetch response per
+        # partition), so the partition's state is looked up when the run changes, not per
+        # record: the lookup hashed a new topic string and tuple each time.
+        last_topic, last_p = "", -1
+        owned: Owned | None = None
         for msg in msgs:
             if msg.error() is not None:
                 self._consumer_error(msg)
                 continue
             topic, p = msg.topic(), msg.partition()
-            owned = by_tp.get((topic, p))
+            if p != last_p or topic != last_topic:
+                last_topic, last_p = topic, p
+                owned = by_tp.get((topic, p))
+                if owned is not None:
+                    dur, bound, router = owned.durability, owned.bound, owned.router
+                    offsets, general = dur.next_offsets, owned.route.settings.shadow is not None
             if owned is None:
                 continue
             off = msg.offset()
-            dur = owned.durability
-            if owned.bound.topics and self._read_before(owned, msg, topic, off):
+            if bound.topics and self._read_before(owned, msg, topic, off):
                 continue
-            dur.next_offsets[topic] = off + 1
+            offsets[topic] = off + 1
             dur.dirty = True
             headers = msg.headers()
             fast = data_envelope(headers)
-            if fast is None or owned.route.settings.shadow is not None:
+            if fast is None or general:
                 self._observe(owned, msg, topic, off, headers)
                 continue
             version, t = fast
-            router = owned.router
             written = msg.timestamp()[1]
             if router.suppresses(version, t, written):
                 continue

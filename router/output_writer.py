@@ -226,14 +226,16 @@ class OutputWriter:
         # (why: :func:`last_records`); without, every record does.
         last = {} if producer_of is None else last_records(self.queue, set(callbacks))
         sinks: dict[Destination, Sink] = {}
+        last_topic, last_p = "", -1
         for i, (topic, p, key, value, headers, _src) in enumerate(self.queue):
-            dest = (topic, p)
-            sink = sinks.get(dest)
-            if sink is None:
-                sink = sinks[dest] = self._sink(dest, callbacks, on_delivery, producer_of)
-            producer, cb = sink
-            if i in last:
-                cb = callbacks[dest]
+            if p != last_p or topic != last_topic:  # the queue holds runs of one partition
+                last_topic, last_p = topic, p
+                dest = (topic, p)
+                sink = sinks.get(dest)
+                if sink is None:
+                    sink = sinks[dest] = self._sink(dest, callbacks, on_delivery, producer_of)
+                producer, every = sink
+            cb = callbacks[dest] if i in last else every
             while True:
                 try:
                     producer.produce(topic, value, key, partition=p, headers=headers,

@@ -34,6 +34,34 @@ log = logging.getLogger("cutover.router")
 # (topic, partition, key, value, headers, src): ``src`` is the bg.src value of a forward (its
 # last header), None for dead letters and shadow copies.
 Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
+Destination = tuple[str, int]   # (topic, partition) written to
+# A destination's producer and the delivery report its records carry (None: no report).
+Sink = tuple[Producer, Callable[[Any, Any], None] | None]
+
+
+def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, Destination]:
+    """Queue index -> destination, of the last queued record of each ``tracked`` output
+    partition: with transactions, the only records whose delivery is reported.
+
+    Why one report is enough there: a transactional producer is idempotent, so one partition's
+    records land in the order produced, each once; and a record that fails makes the
+    transaction abortable, so its commit fails and the batch is replayed from its checkpoint
+    (router.transactions). The last record's offset alone then says whether the batch landed
+    contiguously after the end this worker knew. Why not report every record: a delivery
+    report costs ~2.2-2.7 us of CPU per record (measured: 100,000 records produced and
+    flushed, 3.2-4.6 us each without a report, 6.0-6.8 us with one), more than the router's
+    whole routing of it. The scan stops once every tracked partition is found (the output is
+    interleaved: a few records from the end)."""
+    left = set(tracked)
+    last: dict[int, Destination] = {}
+    for i in range(len(queue) - 1, -1, -1):
+        if not left:
+            break
+        dest = (queue[i][0], queue[i][1])
+        if dest in left:
+            left.discard(dest)
+            last[i] = dest
+    return last
 
 
 class OutputWriter:
@@ -56,8 +84,7 @@ class OutputWriter:
         owned.durability.queue_forward(topic, off)
         p = owned.partition
         src = f"{topic}:{p}:{off}".encode()
-        hdrs = list(headers or ())
-        hdrs.append((SRC, src))
+        hdrs: Headers = [*headers, (SRC, src)] if headers else [(SRC, src)]  # one list built
         self.queue.append((owned.route.settings.output, p, key, value, hdrs, src))
 
     def dead_letter(self, owned: Owned, ref: Ref, key: bytes | None, value: bytes | None,
@@ -156,6 +183,17 @@ class OutputWriter:
 
     # -- producing ----------------------------------------------------------------------------
 
+    def _sink(self, dest: Destination, callbacks: dict[Destination, Callable[[Any, Any], None]],
+              on_delivery: Callable[[Any, Any], None],
+              producer_of: Callable[[str, int], Producer] | None) -> Sink:
+        """The producer of one destination and the delivery report of its records: with
+        transactions none for output records (:func:`last_records`), else the partition's
+        tracker; dead letters and shadow copies always report (their errors are the
+        batch's)."""
+        if producer_of is None:
+            return self.producer, callbacks.get(dest, on_delivery)
+        return producer_of(*dest), None if dest in callbacks else on_delivery
+
     def produce(self, parts: Iterable[Owned], budget_s: Callable[[], float],
                 producer_of: Callable[[str, int], Producer] | None = None) -> list[Owned]:
         """Produce the queued batch and wait (at most ``budget_s()`` seconds, at least one);
@@ -179,18 +217,25 @@ class OutputWriter:
             return on_output
 
         writing = [o for o in parts if o.durability.queued]
-        callbacks: dict[tuple[str, int], Callable[[Any, Any], None]] = {}
+        callbacks: dict[Destination, Callable[[Any, Any], None]] = {}
         for owned in writing:
             owned.durability.start_delivery()
             callbacks[(owned.route.settings.output, owned.partition)] = \
                 tracker(owned.durability)
-        used: dict[int, Producer] = {}
-        producer = self.producer
-        for topic, p, key, value, headers, _src in self.queue:
-            cb = callbacks.get((topic, p), on_delivery)
-            if producer_of is not None:
-                producer = producer_of(topic, p)
-                used.setdefault(id(producer), producer)
+        # With transactions, only each output partition's last record reports its delivery
+        # (why: :func:`last_records`); without, every record does.
+        last = {} if producer_of is None else last_records(self.queue, set(callbacks))
+        sinks: dict[Destination, Sink] = {}
+        last_topic, last_p = "", -1
+        for i, (topic, p, key, value, headers, _src) in enumerate(self.queue):
+            if p != last_p or topic != last_topic:  # the queue holds runs of one partition
+                last_topic, last_p = topic, p
+                dest = (topic, p)
+                sink = sinks.get(dest)
+                if sink is None:
+                    sink = sinks[dest] = self._sink(dest, callbacks, on_delivery, producer_of)
+                producer, every = sink
+            cb = callbacks[dest] if i in last else every
             while True:
                 try:
                     producer.produce(topic, value, key, partition=p, headers=headers,
@@ -198,9 +243,10 @@ class OutputWriter:
                     break
                 except BufferError:
                     producer.poll(0.05)
+        used = {id(pr): pr for pr, _ in sinks.values()} if producer_of is not None \
+            else {id(self.producer): self.producer}
         batch, self.queue = self.queue, []
-        left = sum(pr.flush(max(budget_s(), 1.0))
-                   for pr in (used.values() if producer_of is not None else [self.producer]))
+        left = sum(pr.flush(max(budget_s(), 1.0)) for pr in used.values())
         if errors or left:
             raise OutputWriteFailed("output produce failed "
                                     f"({errors[0] if errors else f'{left} not delivered'}); "

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from spark_tagger.batch_writer import ACCEPTED_MODES
 from spark_tagger.checkpoint import parse_offset_log
 from spark_tagger.client_security import KafkaOptionError
+from spark_tagger.connect_plan import attach_event_time_connect, carried_event_time_connect
 from spark_tagger.event_time import EVENT_TIME_COLUMN, EventTimeError
 from spark_tagger.kafka_source import _check_sink_schema
 from spark_tagger.options import SinkOptions, Tagging
@@ -152,8 +153,6 @@ def _is_kafka(writer: Any, format: str | None) -> bool:
 
 def save_in_batch(writer: Any, scope: ConnectScope) -> None:
     """A Kafka write inside a wrapped ``foreachBatch`` function, on the server."""
-    from spark_tagger.connect import carried_event_time_connect
-
     where = f"the Kafka write in the foreachBatch function of {scope.owner.query}"
     df, options, mode = _writer_frame(writer)
     sink = _sink_of(df, options, mode, where)
@@ -175,8 +174,6 @@ def save_in_batch(writer: Any, scope: ConnectScope) -> None:
 
 def save_plain(writer: Any, settings: TagSettings) -> None:
     """A Kafka batch write outside any streaming query, from the client."""
-    from spark_tagger.connect import attach_event_time_connect
-
     where = "a batch Kafka write outside any streaming query's foreachBatch"
     df, options, mode = _writer_frame(writer)
     sink = _sink_of(df, options, mode, where)

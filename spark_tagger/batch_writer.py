@@ -41,11 +41,9 @@ def _where(scope: BatchScope | None) -> str:
     return f"the Kafka write in the foreachBatch function of {scope.query}"
 
 
-def save_tagged(df: DataFrame, options: dict[str, Any], mode: str | None,
-                settings: TagSettings) -> None:
-    """Write ``df`` to Kafka with every record tagged; :class:`TaggerError` if it can't be."""
-    scope = current_scope()
-    where = _where(scope)
+def write_sink(df: Any, options: dict[str, Any], mode: str | None, where: str) -> SinkOptions:
+    """The sink of a batch Kafka write (classic or Spark Connect), after the checks Spark's
+    connector makes: its save mode, its options, ``df``'s columns."""
     if mode is not None and mode.strip().lower() not in ACCEPTED_MODES:
         raise TaggerError(f"{where} uses save mode {mode!r}, which Spark's Kafka connector "
                           "does not allow either; use mode('append') or leave the default")
@@ -55,6 +53,15 @@ def save_tagged(df: DataFrame, options: dict[str, Any], mode: str | None,
         _check_sink_schema(df.schema, sink)
     except (KafkaOptionError, ValueError) as exc:
         raise TaggerError(f"{where}: {exc}") from None
+    return sink
+
+
+def save_tagged(df: DataFrame, options: dict[str, Any], mode: str | None,
+                settings: TagSettings) -> None:
+    """Write ``df`` to Kafka with every record tagged; :class:`TaggerError` if it can't be."""
+    scope = current_scope()
+    where = _where(scope)
+    sink = write_sink(df, options, mode, where)
     if scope is not None:
         _check_stream_mode(scope, settings)
     elif settings.event_time is None:

@@ -97,7 +97,20 @@ def start_connect(writer: Any, settings: TagSettings) -> None:
             "too; on Spark Connect each query's tagger runs in its own server-side process, "
             "so their heartbeats cannot carry the lower of the two watermarks: give each query "
             "its own topic")
-    checkpoint = options.get("checkpointLocation")
+    checkpoint = _checked_query(proto, query, settings)
+    what = _carry_event_time(writer, settings, None)
+    proto.ClearField("format")
+    writer.foreachBatch(ConnectBatchTagger(settings, sink, checkpoint))  # pickled as data
+    _TOPICS.add(sink.topic)
+    if not settings.quiet:
+        print(f"cutover tag: version {settings.version} -> topic {sink.topic}; event time: "
+              f"{what} (Spark Connect)", file=sys.stderr, flush=True)
+
+
+def _checked_query(proto: Any, query: str, settings: TagSettings) -> str:
+    """What every tagged Connect query needs: a checkpoint (each batch's watermark is read
+    from it), an output mode with event times, micro-batches. Returns the checkpoint."""
+    checkpoint = dict(proto.options).get("checkpointLocation")
     if not checkpoint:
         raise TaggerError(f"{query} has no checkpointLocation option; on Spark Connect the "
                           "tagger reads each batch's watermark from the query's checkpoint, so "
@@ -106,13 +119,7 @@ def start_connect(writer: Any, settings: TagSettings) -> None:
     if proto.HasField("continuous_checkpoint_interval"):
         raise TaggerError("continuous triggers are not supported by the tagger (it works per "
                           "micro-batch); use processingTime or availableNow")
-    what = _carry_event_time(writer, settings, None)
-    proto.ClearField("format")
-    writer.foreachBatch(ConnectBatchTagger(settings, sink, checkpoint))  # pickled as data
-    _TOPICS.add(sink.topic)
-    if not settings.quiet:
-        print(f"cutover tag: version {settings.version} -> topic {sink.topic}; event time: "
-              f"{what} (Spark Connect)", file=sys.stderr, flush=True)
+    return str(checkpoint)
 
 
 def _carry_event_time(writer: Any, settings: TagSettings, query: str | None) -> str:
@@ -137,15 +144,7 @@ def _wrap_foreach_batch(writer: Any, settings: TagSettings) -> None:
     if func is None or isinstance(func, ConnectForeachBatch):
         raise TaggerError(f"{query}: its foreachBatch function was set in a way the tagger "
                           "did not see; set it with writeStream.foreachBatch(function)")
-    checkpoint = dict(proto.options).get("checkpointLocation")
-    if not checkpoint:
-        raise TaggerError(f"{query} has no checkpointLocation option; on Spark Connect the "
-                          "tagger reads each batch's watermark from the query's checkpoint, so "
-                          "set .option('checkpointLocation', ...)")
-    check_output_mode(proto.output_mode or None, query, settings.quiet)
-    if proto.HasField("continuous_checkpoint_interval"):
-        raise TaggerError("continuous triggers are not supported by the tagger (it works per "
-                          "micro-batch); use processingTime or availableNow")
+    checkpoint = _checked_query(proto, query, settings)
     what = _carry_event_time(writer, settings, query)
     writer.foreachBatch(ConnectForeachBatch(func, settings, checkpoint, query,
                                             proto.query_name or None))

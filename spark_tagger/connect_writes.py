@@ -34,12 +34,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spark_tagger.batch_writer import ACCEPTED_MODES
+from spark_tagger.batch_writer import write_sink
 from spark_tagger.checkpoint import parse_offset_log
-from spark_tagger.client_security import KafkaOptionError
 from spark_tagger.connect_plan import attach_event_time_connect, carried_event_time_connect
 from spark_tagger.event_time import EVENT_TIME_COLUMN, EventTimeError
-from spark_tagger.kafka_source import _check_sink_schema
+from spark_tagger.foreach_batch import add_counts
 from spark_tagger.options import SinkOptions, Tagging
 from spark_tagger.refusal import TaggerError
 from spark_tagger.tagger import (
@@ -83,12 +82,7 @@ class ConnectScope:
         return self._watermark[0]
 
     def wrote(self, sink: SinkOptions, counts: list[TopicCount]) -> None:
-        for c in counts:
-            self.sinks[c.topic] = sink
-            before = self.counts.get(c.topic)
-            self.counts[c.topic] = c if before is None else TopicCount(
-                topic=c.topic, records=before.records + c.records,
-                without_event_time=before.without_event_time + c.without_event_time)
+        add_counts(self.sinks, self.counts, sink, counts)
 
 
 class ConnectForeachBatch:
@@ -127,19 +121,6 @@ class ConnectForeachBatch:
                 query=self.name))
 
 
-def _sink_of(df: Any, options: dict[str, Any], mode: str | None, where: str) -> SinkOptions:
-    if mode is not None and mode.strip().lower() not in ACCEPTED_MODES:
-        raise TaggerError(f"{where} uses save mode {mode!r}, which Spark's Kafka connector "
-                          "does not allow either; use mode('append') or leave the default")
-    text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
-    try:
-        sink = SinkOptions.from_options(text)
-        _check_sink_schema(df.schema, sink)
-    except (KafkaOptionError, ValueError) as exc:
-        raise TaggerError(f"{where}: {exc}") from None
-    return sink
-
-
 def _writer_frame(writer: Any) -> tuple[ConnectDataFrame, dict[str, Any], str | None]:
     from pyspark.sql.connect.dataframe import DataFrame as CDF
 
@@ -155,7 +136,7 @@ def save_in_batch(writer: Any, scope: ConnectScope) -> None:
     """A Kafka write inside a wrapped ``foreachBatch`` function, on the server."""
     where = f"the Kafka write in the foreachBatch function of {scope.owner.query}"
     df, options, mode = _writer_frame(writer)
-    sink = _sink_of(df, options, mode, where)
+    sink = write_sink(df, options, mode, where)
     try:
         tagged = carried_event_time_connect(df)
     except EventTimeError:
@@ -176,7 +157,7 @@ def save_plain(writer: Any, settings: TagSettings) -> None:
     """A Kafka batch write outside any streaming query, from the client."""
     where = "a batch Kafka write outside any streaming query's foreachBatch"
     df, options, mode = _writer_frame(writer)
-    sink = _sink_of(df, options, mode, where)
+    sink = write_sink(df, options, mode, where)
     if settings.event_time is None:
         raise TaggerError(f"{where} has no watermark to take its records' event time from; "
                           "pass --event-time COLUMN|EXPR (a timestamp or epoch-ms column)")

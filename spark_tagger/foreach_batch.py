@@ -72,14 +72,18 @@ class BatchScope:
         return self._watermark[0]
 
     def wrote(self, sink: SinkOptions, counts: list[TopicCount]) -> None:
-        for c in counts:
-            self.sinks[c.topic] = sink
-            before = self.counts.get(c.topic)
-            if before is not None:
-                c = TopicCount(topic=c.topic, records=before.records + c.records,
-                               without_event_time=before.without_event_time
-                               + c.without_event_time)
-            self.counts[c.topic] = c
+        add_counts(self.sinks, self.counts, sink, counts)
+
+
+def add_counts(sinks: dict[str, SinkOptions], totals: dict[str, TopicCount],
+               sink: SinkOptions, counts: list[TopicCount]) -> None:
+    """A batch's Kafka write, added to what the call has written per topic."""
+    for c in counts:
+        sinks[c.topic] = sink
+        before = totals.get(c.topic)
+        totals[c.topic] = c if before is None else TopicCount(
+            topic=c.topic, records=before.records + c.records,
+            without_event_time=before.without_event_time + c.without_event_time)
 
 
 def current_scope() -> BatchScope | None:

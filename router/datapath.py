@@ -24,6 +24,10 @@ Per batch, in this order (the durability argument of DESIGN.md rests on it):
 With transactions (router.transactions) steps 3 and 4 are one transaction per partition,
 committed after delivery: an aborted partition is taken over again from its checkpoint and
 replayed, and a fenced worker (a newer owner exists) gives up its partitions and rejoins.
+There the order inside a transaction does not matter, so step 2 already produces each
+partition's forwards into its transaction as they are decided (router.inline_output), after
+the ownership and foreign-write checks of step 4 for that partition; and step 5's store flush
+runs in each partition's commit thread once it committed.
 
 Start-up topic checks: router.topics. The rules, module by module: README, "Durability".
 """
@@ -50,9 +54,11 @@ from router.checkpoint import (
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
+from router.errors import RouterError
 from router.failpoints import fire, pause_at
 from router.gc_pause import batch_gc_pause
 from router.held_bound import Pass
+from router.inline_output import Forward
 from router.kafka_io import (
     BrokerUnavailable,
     client_conf,
@@ -295,7 +301,7 @@ class DataPath:
         by_tp = self._by_tp
         forward = Outcome.FORWARD
         assert self._writer is not None
-        queue_forward = self._writer.forward
+        send: Forward = self._writer.forward
         # A consumed batch comes in long runs of one partition's records (a fetch response per
         # partition), so the partition's state is looked up when the run changes, not per
         # record: the lookup hashed a new topic string and tuple each time.
@@ -312,6 +318,7 @@ class DataPath:
                 if owned is not None:
                     dur, bound, router = owned.durability, owned.bound, owned.router
                     offsets, general = dur.next_offsets, owned.route.settings.shadow is not None
+                    send = self._sender(owned, general)
             if owned is None:
                 continue
             off = msg.offset()
@@ -332,12 +339,36 @@ class DataPath:
             d = router.decide(Incoming(version, t, None, key, value, False, None, None,
                                        written))
             if d.outcome is forward and not dur.skip:
-                queue_forward(owned, topic, off, headers, key, value)
+                send(owned, topic, off, headers, key, value)
             else:
                 # The Ref only now: a forward (half of all raw records) needs none, and a held
                 # record is the same object the rule keeps (~0.22 us saved per forward)
                 d.record.ref = Ref(topic, off, headers, dur.out_pos)
                 self._act(owned, [d])
+
+    def _sender(self, owned: Owned, general: bool) -> Forward:
+        """How a run of ``owned``'s records sends its forwards: with transactions, produced
+        as decided (router.inline_output), else queued for the batch's end. Called before
+        the partition's first record of the batch is decided, so that nothing of the
+        partition is queued yet when its stream opens."""
+        writer, txn = self._writer, self._txn
+        assert writer is not None
+        if txn is None or general:
+            return writer.forward
+        key = (owned.route.settings.name, owned.partition)
+        stream = writer.streams.get((owned.route.settings.output, owned.partition))
+        if stream is None:
+            try:
+                self._check_ownership()
+                writer.fence_foreign_writes([owned], every=True)
+                txn.begin([key])
+                stream = writer.open_stream(owned, txn.producers[key])
+            except (KafkaException, RouterError) as exc:
+                log.warning("partition %s/%d: output queued for the batch's end (%s)",
+                            key[0], key[1], exc)  # which meets the problem and aborts
+                stream = writer.open_stream(owned, txn.producers[key])
+                stream.stop()
+        return stream.send if stream.live else writer.forward
 
     def _observe(self, owned: Owned, msg: Message, topic: str, off: int,
                  headers: Headers | None) -> None:
@@ -460,6 +491,7 @@ class DataPath:
         assert self._producer is not None and self._consumer is not None
         assert self._writer is not None
         writer = self._writer
+        writer.end_streams()
         dirty = [o for o in self.owned.values() if o.durability.dirty]
         if not dirty and not writer.queue:
             return
@@ -477,7 +509,7 @@ class DataPath:
         if self._txn is not None:
             keys = self._transaction_keys()
             failed = write_batch(self._txn, self.ckpt_topic, ckpts, keys, bool(writer.queue),
-                                 lambda: self._send(self._txn))
+                                 lambda: self._send(self._txn), self._flush_store)
             writer.queue.clear()
             self._recover(failed)
             dirty = [o for o in dirty  # an aborted partition was taken over again
@@ -487,8 +519,8 @@ class DataPath:
         offsets = {(c.route, c.partition): c.offsets for c in ckpts}
         commits: list[TopicPartition] = []
         for owned in dirty:
-            owned.store.put_meta("seq", str(owned.durability.seq).encode())
-            owned.store.flush()
+            if self._txn is None:  # with transactions: flushed once committed, above
+                self._flush_store((owned.route.settings.name, owned.partition))
             owned.durability.batch_done()
             commits.extend(TopicPartition(t, owned.partition, o) for t, o in
                            offsets[(owned.route.settings.name, owned.partition)].items())
@@ -500,6 +532,14 @@ class DataPath:
         if time.monotonic() - self._last_purge > 30:
             self._purge()
         self.board.changed = self.board.changed or pending_out > 0
+
+    def _flush_store(self, key: PartitionKey) -> None:
+        """Make the partition's dedup store durable up to this batch: the identities of its
+        delivered records and the checkpoint's seq. With transactions this runs in the
+        partition's commit thread, after its commit (the loop waits for every commit)."""
+        owned = self.owned[key]
+        owned.store.put_meta("seq", str(owned.durability.seq).encode())
+        owned.store.flush()
 
     def _transaction_keys(self) -> set[PartitionKey]:
         """The partitions in this batch's transactions: those with a checkpoint to write or

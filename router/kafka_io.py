@@ -190,6 +190,48 @@ def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0
             delay = min(delay * 2, 2.0)
 
 
+def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 30.0
+                ) -> dict[tuple[str, int], int]:
+    """The end of each of ``tps`` (the last stable offset under ``read_committed``), asked in
+    one ListOffsets per leader rather than one round trip per partition: the router asks it of
+    every output partition it writes, every batch (4 partitions: 8-25 ms one by one, 1-2 ms
+    together, measured on the test broker). Transient errors are retried as
+    :func:`offsets_range` retries them; any other error, or one that lasts, is raised."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    ends: dict[tuple[str, int], int] = {}
+    todo = list(tps)
+    while True:
+        try:
+            # timestamp -1 is ListOffsets' LATEST: the request a watermark query sends
+            got = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, -1)
+                                              for tp in todo], timeout=min(10.0, timeout))
+            err: KafkaError | None = None
+            failed = []
+            for tp in got:
+                if tp.error is None:
+                    ends[(tp.topic, tp.partition)] = int(tp.offset)
+                else:
+                    failed.append(tp)
+                    err = tp.error
+            if err is None:
+                return ends
+            todo = failed
+            raise KafkaException(err)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code not in _TRANSIENT or time.monotonic() + delay > deadline:
+                raise
+            log.info("end offsets of %s: %s; asking again",
+                     ", ".join(f"{tp.topic}:{tp.partition}" for tp in todo),
+                     err.str() if isinstance(err, KafkaError) else exc)
+            time.sleep(delay)
+            with contextlib.suppress(KafkaException):
+                consumer.list_topics(todo[0].topic, timeout=5.0)
+            delay = min(delay * 2, 2.0)
+
+
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
     """A reader's settings. ``read_committed`` (librdkafka's default, said here on purpose):
     an aborted batch's output and checkpoint are never read back."""

@@ -25,7 +25,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from cutover.headers import ERROR, SRC
 from router.durability import Durability, Headers, Ref
 from router.errors import OutputWriteFailed
-from router.kafka_io import offsets_range, read_to_end
+from router.inline_output import InlineStream
+from router.kafka_io import end_offsets, read_to_end
 from router.partition import Owned
 from router.readback import ReadBack, note
 
@@ -75,14 +76,20 @@ class OutputWriter:
         self.producer = producer
         self.probe = probe
         self.queue: list[Output] = []
+        # output partition -> its forwards of this batch produced as decided (transactions)
+        self.streams: dict[Destination, InlineStream] = {}
 
     # -- queueing ---------------------------------------------------------------------------
 
     def forward(self, owned: Owned, topic: str, off: int, headers: Headers | None,
                 key: bytes | None, value: bytes | None) -> None:
         """Queue raw record (topic, off) for output partition p, with its ``bg.src``."""
-        owned.durability.queue_forward(topic, off)
         p = owned.partition
+        if self.streams:
+            stream = self.streams.get((owned.route.settings.output, p))
+            if stream is not None and stream.live:
+                stream.stop()   # its held record first: one partition's output stays in order
+        owned.durability.queue_forward(topic, off)
         src = f"{topic}:{p}:{off}".encode()
         hdrs: Headers = [*headers, (SRC, src)] if headers else [(SRC, src)]  # one list built
         self.queue.append((owned.route.settings.output, p, key, value, hdrs, src))
@@ -102,29 +109,46 @@ class OutputWriter:
         owned.durability.mark_undelivered(ref.topic, ref.offset)
         self.queue.append((shadow, owned.partition, key, value, list(ref.headers or ()), None))
 
+    def open_stream(self, owned: Owned, producer: Producer) -> InlineStream:
+        """The partition's stream for this batch (router.inline_output); the caller has
+        checked ownership, fenced (:meth:`fence_foreign_writes`) and begun the transaction."""
+        dest = (owned.route.settings.output, owned.partition)
+        stream = self.streams.get(dest)
+        if stream is None:
+            stream = self.streams[dest] = InlineStream(dest[0], producer, self, self.forward)
+        return stream
+
+    def end_streams(self) -> None:
+        """The batch is decided: queue each stream's held-back record (produced last)."""
+        for stream in self.streams.values():
+            stream.stop()
+        self.streams.clear()
+
     # -- fencing ------------------------------------------------------------------------------
 
-    def fence_foreign_writes(self, parts: Iterable[Owned]) -> None:
+    def fence_foreign_writes(self, parts: Iterable[Owned], every: bool = False) -> None:
         """Before producing, look for output records this worker did not write.
 
         ListOffsets(LATEST) above the end this worker knows means someone else wrote (true on
         the test broker too, whose answer is the last batch's base offset + 1: never above the
-        real end, and above our known end only if a batch started there). One ListOffsets per
-        output partition with queued records, per batch (~0.3 ms on loopback).
+        real end, and above our known end only if a batch started there). One ListOffsets
+        request for every output partition with queued records (``every``: for each of
+        ``parts``, as a partition's output starts being produced as decided), per batch.
         """
-        for owned in parts:
-            dur = owned.durability
-            if not dur.queued:
-                continue
-            tp = TopicPartition(owned.route.settings.output, owned.partition)
-            try:
-                _, latest = offsets_range(self.probe, tp)
-            except KafkaException as exc:
-                raise OutputWriteFailed(f"cannot read the end of output {tp.topic}:"
-                                        f"{tp.partition} ({exc}); refusing to write it "
-                                        "unchecked") from None
-            if latest > dur.known_end:
-                self._absorb_foreign(owned, dur.known_end, ours={}, end=latest)
+        writing = [o for o in parts if every or o.durability.queued]
+        if not writing:
+            return
+        tps = [TopicPartition(o.route.settings.output, o.partition) for o in writing]
+        try:
+            ends = end_offsets(self.probe, tps)
+        except KafkaException as exc:
+            named = ", ".join(f"{tp.topic}:{tp.partition}" for tp in tps)
+            raise OutputWriteFailed(f"cannot read the end of output {named} ({exc}); "
+                                    "refusing to write it unchecked") from None
+        for owned, tp in zip(writing, tps, strict=True):
+            latest = ends[(tp.topic, tp.partition)]
+            if latest > owned.durability.known_end:
+                self._absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
 
     def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
                         end: int = 0) -> None:

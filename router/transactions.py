@@ -87,6 +87,7 @@ class PartitionTransactions:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
         self.producers: dict[PartitionKey, Producer] = {}
+        self.open: set[PartitionKey] = set()   # begun in this batch
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
         self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
         for rs in settings.routes:
@@ -124,6 +125,7 @@ class PartitionTransactions:
     def drop(self, keys: Iterable[PartitionKey]) -> None:
         """Close the producers of partitions given up (between batches: none is open)."""
         for key in keys:
+            self.open.discard(key)
             producer = self.producers.pop(key, None)
             if producer is None:
                 continue
@@ -144,8 +146,12 @@ class PartitionTransactions:
         return self.producers[(self.route_of[topic], partition)]
 
     def begin(self, keys: Iterable[PartitionKey]) -> None:
+        """Begin the transactions of ``keys`` not begun yet in this batch (a partition whose
+        output is produced as decided began before the batch's end: router.inline_output)."""
         for key in keys:
-            self.producers[key].begin_transaction()
+            if key not in self.open:
+                self.producers[key].begin_transaction()
+                self.open.add(key)
 
     def flush(self, keys: Iterable[PartitionKey]) -> None:
         for key in keys:
@@ -170,10 +176,12 @@ class PartitionTransactions:
         while True:
             try:
                 producer.commit_transaction(timeout)
+                self.open.discard(key)
                 return
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 if is_fenced(exc):
+                    self.open.discard(key)
                     raise ProducerFenced(f"partition {key[0]}/{key[1]}: {err.str()}") from None
                 if err.retriable() and not err.txn_requires_abort() \
                         and time.monotonic() < deadline:
@@ -189,6 +197,7 @@ class PartitionTransactions:
         """Abort the open transactions of ``keys``; return those whose producer is fenced."""
         fenced: set[PartitionKey] = set()
         for key in keys:
+            self.open.discard(key)
             producer = self.producers.get(key)
             if producer is None:
                 continue
@@ -212,11 +221,13 @@ class Failed(NamedTuple):
 
 
 def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
-                keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]]
-                ) -> Failed:
+                keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]],
+                settle: Callable[[PartitionKey], None]) -> Failed:
     """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
     output writer's produce, with the ownership checks; it returns the partitions whose output
-    partition was written), then the commits."""
+    partition was written), then the commits, each followed in its thread by ``settle(key)``
+    once it succeeded (the partition's dedup store flush: its CPU then overlaps the other
+    partitions' commit round trips)."""
     written: list[Owned] = []
     try:
         txn.begin(keys)
@@ -237,7 +248,13 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
         return Failed(keys - fenced, fenced)
     failed = Failed(set(), set())
     order = sorted(keys)
-    for key, error in zip(order, txn.pool.map(txn.try_commit, order), strict=True):
+    def commit_then_settle(key: PartitionKey) -> RouterError | None:
+        error = txn.try_commit(key)
+        if error is None:
+            settle(key)
+        return error
+
+    for key, error in zip(order, txn.pool.map(commit_then_settle, order), strict=True):
         if isinstance(error, BatchAborted):
             log.warning("%s", error)
             failed.aborted.add(key)

@@ -41,6 +41,7 @@ class Env:
     http_port: int | None = None
     shadow: bool = False
     max_held: int | None = None
+    transactions: str = "auto"
     name: str = field(default_factory=lambda: f"r{uuid.uuid4().hex[:8]}")
 
     def __post_init__(self) -> None:
@@ -61,7 +62,7 @@ class Env:
             "bootstrap": self.bootstrap, "control_topic": self.control,
             "status_topic": self.status, "group_id": f"g-{self.name}",
             "state_dir": str(self.state_dir), "http_port": self.http_port,
-            "status_interval_s": 0.5,
+            "status_interval_s": 0.5, "transactions": self.transactions,
             "kafka": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
             "routes": [{"name": self.route, "inputs": self.inputs, "output": self.output,
                         "dead_letter": self.dlq, "handover": self.handover,

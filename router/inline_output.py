@@ -1,0 +1,90 @@
+"""A transactional batch's forwards, produced while the rest of the batch is being decided.
+
+Why: with transactions a partition's checkpoint and output commit together (router.transactions),
+so the order in which they are produced inside the transaction does not matter to durability.
+Producing each forward as it is decided lets the client send it while the loop decides the next
+records; queued for the batch's end, every record of the batch was produced at once and then
+waited for (docs/performance.md, "Where the router's time goes"). Without transactions the
+checkpoint must be durable before any output (router.datapath), so the output is queued.
+
+One :class:`InlineStream` per output partition and batch. It holds back its newest forward:
+at the batch's end that record is queued and produced last, so it is the one whose delivery
+report says where the batch landed (router.output_writer.last_records). A partition whose
+batch queues a forward on the general path (a release of held records, a record the fast path
+does not take) stops its stream first (:meth:`InlineStream.stop`): one output partition's
+records are always produced in the order they were decided. A produce error stops the stream
+too: the records are queued, and the batch's end meets the error where it aborts the batch.
+
+Before a partition's stream opens (router.datapath), the worker checks that it still owns the
+partition, looks for another writer's records at the end of the output partition, and begins
+the partition's transaction: what it does before producing a queued batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from cutover.headers import SRC
+from router.durability import Headers
+from router.partition import Owned
+
+log = logging.getLogger("cutover.router")
+
+# (topic, partition, key, value, headers, bg.src): router.output_writer's Output
+Queued = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
+Forward = Callable[[Owned, str, int, "Headers | None", "bytes | None", "bytes | None"], None]
+
+
+class InlineStream:
+    """One output partition's forwards in one transactional batch."""
+
+    __slots__ = ("held", "live", "output", "producer", "queue_forward", "writer")
+
+    def __init__(self, output: str, producer: Producer, writer: Any,
+                 queue_forward: Forward) -> None:
+        """``writer``: the batch's router.output_writer.OutputWriter (its ``queue``);
+        ``queue_forward``: its queueing forward, used once the stream has stopped."""
+        self.output = output
+        self.producer = producer
+        self.writer = writer
+        self.queue_forward = queue_forward
+        self.held: Queued | None = None
+        self.live = True
+
+    def send(self, owned: Owned, topic: str, off: int, headers: Headers | None,
+             key: bytes | None, value: bytes | None) -> None:
+        """Forward raw record (topic, off): produce the one held back, hold this one."""
+        if not self.live:
+            self.queue_forward(owned, topic, off, headers, key, value)
+            return
+        owned.durability.queue_forward(topic, off)
+        p = owned.partition
+        src = f"{topic}:{p}:{off}".encode()
+        held, self.held = self.held, (self.output, p, key, value,
+                                      [*headers, (SRC, src)] if headers else [(SRC, src)], src)
+        if held is None:
+            return
+        producer = self.producer
+        while True:
+            try:
+                producer.produce(held[0], held[3], held[2], partition=p, headers=held[4])
+                return
+            except BufferError:
+                producer.poll(0.05)
+            except KafkaException as exc:
+                log.warning("output %s:%d: %s; the batch's remaining output is produced at its "
+                            "end", self.output, p, exc)
+                self.writer.queue.append(held)
+                self.stop()
+                return
+
+    def stop(self) -> None:
+        """Queue the held-back record; the partition's later forwards are queued after it."""
+        if self.held is not None:
+            self.writer.queue.append(self.held)
+            self.held = None
+        self.live = False

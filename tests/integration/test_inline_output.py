@@ -1,0 +1,121 @@
+"""A transactional batch's forwards produced as decided (router.inline_output), on the broker.
+
+The stream holds back each output partition's newest forward, so the batch's last record is
+the one produced at its end; a forward queued on the general path stops the stream, and the
+partition's output stays in the order decided; the delivery check at the batch's end still
+finds the batch contiguous; nothing is visible to a read_committed reader before the commit.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from cutover.broker import BrokerUnderTest, create_topics
+from cutover.headers import SRC
+from cutover.settings import RouteSettings
+from router.decision import PartitionRouter
+from router.dedup_store import DedupStore
+from router.durability import Durability
+from router.identity import record_identity
+from router.output_writer import OutputWriter
+from router.partition import Owned, RouteRuntime
+from tests.topics import read_topic
+
+pytestmark = pytest.mark.broker
+
+
+def _owned(output: str, raw: str, state: Path) -> Owned:
+    rs = RouteSettings.model_validate({"name": "r", "inputs": [raw], "output": output})
+    store = DedupStore(state / "store")
+    router = PartitionRouter(0, identity=record_identity, store=store,
+                             retention_ms=rs.dedup.retention_ms)
+    return Owned(RouteRuntime(rs, record_identity, 1), 0, router, store,
+                 Durability(next_offsets={raw: 0}, out_pos=0, known_end=0, rebuild_from=0))
+
+
+def _uncommitted(bootstrap: str, topic: str) -> int:
+    """How many records a read_uncommitted reader sees in partition 0 right now."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                  "isolation.level": "read_uncommitted"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10,
+                                           cached=False)[1])
+    finally:
+        c.close()
+
+
+def test_forwards_are_produced_as_decided_and_land_in_decision_order(
+    broker: BrokerUnderTest, tmp_path: Path
+) -> None:
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    bootstrap = broker.bootstrap
+    n = uuid.uuid4().hex[:8]
+    raw, out = f"io-raw-{n}", f"io-out-{n}"
+    create_topics(bootstrap, {raw: 1, out: 1})
+    owned = _owned(out, raw, tmp_path)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"io-{n}",
+                         "linger.ms": 0})
+    producer.init_transactions(30)
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"io-probe-{n}"})
+    writer = OutputWriter({"bootstrap.servers": bootstrap}, producer, probe)
+    writer.fence_foreign_writes([owned], every=True)
+    producer.begin_transaction()
+    stream = writer.open_stream(owned, producer)
+
+    def value(i: int) -> bytes:
+        return b"v%d" % i
+
+    for i in range(5):   # the fast path's forwards
+        stream.send(owned, raw, i, [("h", b"x")], b"k%d" % i, value(i))
+    assert producer.flush(10) == 0
+    assert _uncommitted(bootstrap, out) == 4, "the newest forward is held back"
+    assert writer.queue == []
+    writer.forward(owned, raw, 5, None, b"k5", value(5))   # a release, on the general path
+    assert [q[5] for q in writer.queue] == [f"{raw}:0:4".encode(), f"{raw}:0:5".encode()]
+    assert not stream.live
+    stream.send(owned, raw, 6, None, b"k6", value(6))      # the rest of the run: queued
+    writer.end_streams()
+    assert writer.streams == {}
+    assert len(writer.queue) == 3 and owned.durability.queued == 7
+    written = writer.produce([owned], lambda: 10.0, lambda _t, _p: producer)
+    assert written == [owned]
+    assert owned.durability.known_end == 7, "the batch landed contiguously"
+    assert read_topic(bootstrap, out) == [], "nothing visible before the commit"
+    producer.commit_transaction(30)
+    deadline = time.monotonic() + 30
+    while len(got := read_topic(bootstrap, out)) < 7 and time.monotonic() < deadline:
+        time.sleep(0.1)   # the last stable offset moves once the commit's marker is written
+    assert [r.value for r in got] == [value(i) for i in range(7)]
+    assert [r.header(SRC) for r in got] == [f"{raw}:0:{i}" for i in range(7)]
+    assert [r.header("h") for r in got] == ["x"] * 5 + [None] * 2
+    probe.close()
+
+
+def test_a_produce_error_queues_the_rest_for_the_batch_s_end(broker: BrokerUnderTest,
+                                                             tmp_path: Path) -> None:
+    """The error is met again where the batch's end produces, which aborts the batch
+    (router.transactions); the stream loses nothing and keeps the order meanwhile."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    bootstrap = broker.bootstrap
+    n = uuid.uuid4().hex[:8]
+    raw, out = f"io-raw-{n}", f"io-out-{n}"
+    create_topics(bootstrap, {raw: 1, out: 1})
+    owned = _owned(out, raw, tmp_path)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"io-{n}"})
+    producer.init_transactions(30)   # no transaction begun: a produce is refused
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"io-probe-{n}"})
+    writer = OutputWriter({"bootstrap.servers": bootstrap}, producer, probe)
+    stream = writer.open_stream(owned, producer)
+    for i in range(3):
+        stream.send(owned, raw, i, None, b"k", b"v%d" % i)
+    writer.end_streams()
+    assert [q[3] for q in writer.queue] == [b"v0", b"v1", b"v2"]
+    assert owned.durability.queued == 3
+    probe.close()

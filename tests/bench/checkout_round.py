@@ -24,6 +24,7 @@ from cutover.settings import parse_settings
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
 from tests.bench.passthrough import pass_batch
+from tests.bench.router_clock import FirstRecords
 from tests.bench.test_router_bench import EVENTS, PARTITIONS
 
 # The two loops below repeat the router benchmark's (tests/bench/test_router_bench.py) with a
@@ -61,11 +62,10 @@ def router(bootstrap: str, raw: str, out: str, control: str, status: str,
         "kafka": {"session.timeout.ms": 6000},
         "routes": [{"name": "bench", "inputs": [raw], "output": out}]})
     engine = DataPath(settings, "bench")
+    first = FirstRecords(engine)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
-    while len(engine.owned) < PARTITIONS:
-        time.sleep(0.01)
-    t0, c0 = time.monotonic(), time.process_time()
+    t0, c0 = first.wait()
 
     def decided() -> int:
         s = 0

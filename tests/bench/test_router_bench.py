@@ -22,6 +22,7 @@ from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
 from tests.bench.passthrough import pass_batch
 from tests.bench.report import load_line, record
+from tests.bench.router_clock import FirstRecords
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]
 
@@ -105,11 +106,10 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
     p.produce(control, plan.to_json(), b"bench")
     p.flush(10)
     engine = DataPath(settings, "bench")
+    first = FirstRecords(engine)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
-    while len(engine.owned) < PARTITIONS:
-        time.sleep(0.01)
-    t0 = time.monotonic()
+    t0 = first.wait()[0]
 
     def done() -> int:
         s = 0

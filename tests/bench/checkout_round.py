@@ -27,13 +27,17 @@ from tests.bench.passthrough import pass_batch
 from tests.bench.router_clock import FirstRecords
 from tests.bench.test_router_bench import EVENTS, PARTITIONS
 
+# The pass-through loop's prefetch, as router.kafka_io.PREFETCH (not imported: older checkouts
+# lack it); the same in every checkout's round.
+PREFETCH = {"queued.max.messages.kbytes": 262144, "fetch.queue.backoff.ms": 20}
+
 # The two loops below repeat the router benchmark's (tests/bench/test_router_bench.py) with a
 # CPU clock around them: this file runs against older checkouts, whose benchmark returns no CPU.
 
 
 def passthrough(bootstrap: str, raw: str, out: str, total: int) -> tuple[float, float]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{out}",
-                  "enable.auto.commit": False, "queued.max.messages.kbytes": 262144})
+                  "enable.auto.commit": False, **PREFETCH})
     c.assign([TopicPartition(raw, p, 0) for p in range(PARTITIONS)])
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                   "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000})

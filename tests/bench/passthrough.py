@@ -16,6 +16,7 @@ import threading
 from confluent_kafka import Consumer, Message, Producer
 
 from router.gc_pause import batch_gc_pause
+from router.kafka_io import PREFETCH
 
 BATCH = 20_000
 POLL_S = 0.05
@@ -43,7 +44,7 @@ def run(bootstrap: str, raw: str, out: str, stop: threading.Event,
         fetch_wait_ms: int | None = None) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"passthrough-{raw}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "queued.max.messages.kbytes": 262144,
+                         **PREFETCH,
                          "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
                          **({"fetch.wait.max.ms": fetch_wait_ms} if fetch_wait_ms else {})})
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,

@@ -20,6 +20,7 @@ from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
+from router.kafka_io import PREFETCH
 from tests.bench.passthrough import pass_batch
 from tests.bench.report import load_line, record
 from tests.bench.router_clock import FirstRecords
@@ -71,7 +72,7 @@ def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> int:
 
 def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{raw}",
-                  "enable.auto.commit": False, "queued.max.messages.kbytes": 262144})
+                  "enable.auto.commit": False, **PREFETCH})
     c.assign([TopicPartition(raw, p, 0) for p in range(PARTITIONS)])
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                   "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000})

@@ -12,10 +12,12 @@ Usage: PYTHONPATH=CHECKOUT python tests/bench/checkout_round.py router|passthrou
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -24,8 +26,14 @@ from cutover.settings import parse_settings
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
 from tests.bench.passthrough import pass_batch
-from tests.bench.router_clock import FirstRecords
 from tests.bench.test_router_bench import EVENTS, PARTITIONS
+
+# This file's own helpers, read from beside it: the checkout on PYTHONPATH may predate them.
+_clock = importlib.util.spec_from_file_location("router_clock",
+                                                Path(__file__).with_name("router_clock.py"))
+assert _clock is not None and _clock.loader is not None
+router_clock = importlib.util.module_from_spec(_clock)
+_clock.loader.exec_module(router_clock)
 
 # The pass-through loop's prefetch, as router.kafka_io.PREFETCH (not imported: older checkouts
 # lack it); the same in every checkout's round.
@@ -63,10 +71,10 @@ def router(bootstrap: str, raw: str, out: str, control: str, status: str,
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
         "group_id": f"bench-{out}", "state_dir": state, "http_port": None,
-        "kafka": {"session.timeout.ms": 6000},
+        "kafka": {"session.timeout.ms": 6000, **PREFETCH},   # older checkouts: as now
         "routes": [{"name": "bench", "inputs": [raw], "output": out}]})
     engine = DataPath(settings, "bench")
-    first = FirstRecords(engine)
+    first = router_clock.FirstRecords(engine)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
     t0, c0 = first.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,34 @@ def _owned(output: str, raw: str, state: Path) -> Owned:
                  Durability(next_offsets={raw: 0}, out_pos=0, known_end=0, rebuild_from=0))
 
 
+@dataclass
+class _Transactional:
+    """A raw and an output topic, one owned partition, its transactional producer (ready,
+    no transaction begun) and an output writer."""
+
+    bootstrap: str
+    raw: str
+    out: str
+    owned: Owned
+    producer: Producer
+    writer: OutputWriter
+
+    @classmethod
+    def start(cls, broker: BrokerUnderTest, tmp_path: Path) -> _Transactional:
+        if broker.kind == "tansu":
+            pytest.skip("transactions are off on Tansu")
+        bootstrap = broker.bootstrap
+        n = uuid.uuid4().hex[:8]
+        raw, out = f"io-raw-{n}", f"io-out-{n}"
+        create_topics(bootstrap, {raw: 1, out: 1})
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"io-{n}",
+                             "linger.ms": 0})
+        producer.init_transactions(30)
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"io-probe-{n}"})
+        return cls(bootstrap, raw, out, _owned(out, raw, tmp_path), producer,
+                   OutputWriter({"bootstrap.servers": bootstrap}, producer, probe))
+
+
 def _uncommitted(bootstrap: str, topic: str) -> int:
     """How many records a read_uncommitted reader sees in partition 0 right now."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
@@ -52,18 +81,9 @@ def _uncommitted(bootstrap: str, topic: str) -> int:
 def test_forwards_are_produced_as_decided_and_land_in_decision_order(
     broker: BrokerUnderTest, tmp_path: Path
 ) -> None:
-    if broker.kind == "tansu":
-        pytest.skip("transactions are off on Tansu")
-    bootstrap = broker.bootstrap
-    n = uuid.uuid4().hex[:8]
-    raw, out = f"io-raw-{n}", f"io-out-{n}"
-    create_topics(bootstrap, {raw: 1, out: 1})
-    owned = _owned(out, raw, tmp_path)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"io-{n}",
-                         "linger.ms": 0})
-    producer.init_transactions(30)
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"io-probe-{n}"})
-    writer = OutputWriter({"bootstrap.servers": bootstrap}, producer, probe)
+    t = _Transactional.start(broker, tmp_path)
+    bootstrap, raw, out, owned, producer, writer = (t.bootstrap, t.raw, t.out, t.owned,
+                                                    t.producer, t.writer)
     writer.fence_foreign_writes([owned], every=True)
     producer.begin_transaction()
     stream = writer.open_stream(owned, producer)
@@ -94,28 +114,19 @@ def test_forwards_are_produced_as_decided_and_land_in_decision_order(
     assert [r.value for r in got] == [value(i) for i in range(7)]
     assert [r.header(SRC) for r in got] == [f"{raw}:0:{i}" for i in range(7)]
     assert [r.header("h") for r in got] == ["x"] * 5 + [None] * 2
-    probe.close()
+    writer.probe.close()
 
 
 def test_a_produce_error_queues_the_rest_for_the_batch_s_end(broker: BrokerUnderTest,
                                                              tmp_path: Path) -> None:
     """The error is met again where the batch's end produces, which aborts the batch
     (router.transactions); the stream loses nothing and keeps the order meanwhile."""
-    if broker.kind == "tansu":
-        pytest.skip("transactions are off on Tansu")
-    bootstrap = broker.bootstrap
-    n = uuid.uuid4().hex[:8]
-    raw, out = f"io-raw-{n}", f"io-out-{n}"
-    create_topics(bootstrap, {raw: 1, out: 1})
-    owned = _owned(out, raw, tmp_path)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"io-{n}"})
-    producer.init_transactions(30)   # no transaction begun: a produce is refused
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"io-probe-{n}"})
-    writer = OutputWriter({"bootstrap.servers": bootstrap}, producer, probe)
-    stream = writer.open_stream(owned, producer)
+    t = _Transactional.start(broker, tmp_path)   # no transaction begun: a produce is refused
+    raw, owned, writer = t.raw, t.owned, t.writer
+    stream = writer.open_stream(owned, t.producer)
     for i in range(3):
         stream.send(owned, raw, i, None, b"k", b"v%d" % i)
     writer.end_streams()
     assert [q[3] for q in writer.queue] == [b"v0", b"v1", b"v2"]
     assert owned.durability.queued == 3
-    probe.close()
+    writer.probe.close()

@@ -117,6 +117,7 @@ class DataPath:
         self._txn: PartitionTransactions | None = None
         self._control: ControlReader | None = None
         self._by_tp: dict[tuple[str, int], Owned] = {}
+        self._fenced = False   # this batch's outputs checked for another writer's records
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -350,7 +351,9 @@ class DataPath:
         """How a run of ``owned``'s records sends its forwards: with transactions, produced
         as decided (router.inline_output), else queued for the batch's end. Called before
         the partition's first record of the batch is decided, so that nothing of the
-        partition is queued yet when its stream opens."""
+        partition is queued yet when its stream opens. The first stream of a batch checks
+        ownership and the end of every owned output partition (the checks before producing a
+        queued batch), in one request."""
         writer, txn = self._writer, self._txn
         assert writer is not None
         if txn is None or general:
@@ -359,8 +362,10 @@ class DataPath:
         stream = writer.streams.get((owned.route.settings.output, owned.partition))
         if stream is None:
             try:
-                self._check_ownership()
-                writer.fence_foreign_writes([owned], every=True)
+                if not self._fenced:  # once per batch, for every owned partition: one request
+                    self._check_ownership()
+                    writer.fence_foreign_writes(self.owned.values(), every=True)
+                    self._fenced = True
                 txn.begin([key])
                 stream = writer.open_stream(owned, txn.producers[key])
             except (KafkaException, RouterError) as exc:
@@ -492,6 +497,7 @@ class DataPath:
         assert self._writer is not None
         writer = self._writer
         writer.end_streams()
+        self._fenced = False
         dirty = [o for o in self.owned.values() if o.durability.dirty]
         if not dirty and not writer.queue:
             return

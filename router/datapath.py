@@ -57,7 +57,7 @@ from router.durability import Headers, Ref
 from router.errors import RouterError
 from router.failpoints import fire, pause_at
 from router.gc_pause import batch_gc_pause
-from router.held_bound import Pass
+from router.held_reads import read_before, rewind_if_changed
 from router.inline_output import Forward
 from router.kafka_io import (
     BrokerUnavailable,
@@ -323,7 +323,7 @@ class DataPath:
             if owned is None:
                 continue
             off = msg.offset()
-            if bound.topics and self._read_before(owned, msg, topic, off):
+            if bound.topics and read_before(owned, msg, topic, off, self._apply_pending):
                 continue
             offsets[topic] = off + 1
             dur.dirty = True
@@ -388,52 +388,7 @@ class DataPath:
                            tag.kind is RecordKind.HEARTBEAT, None, ref, msg.timestamp()[1])
         self._act(owned, owned.router.observe(inc))
         if owned.bound.topics:
-            self._rewind_if_changed(owned)
-
-    # -- over max_held (router.held_bound) --------------------------------------------------
-
-    def _read_before(self, owned: Owned, msg: Message, topic: str, off: int) -> bool:
-        """For a record of a paused or rewinding topic: True when it is not to be decided now
-        (fetched before a rewind's seek, or decided on an earlier pass)."""
-        bound = owned.bound
-        if topic not in bound.topics:
-            return False
-        where = bound.place(topic, off)
-        if where is Pass.FIRST:
-            # a plan that waited applies before this record; if it rewinds, the record is
-            # read again after the rewound range
-            return bool(bound.pending) and self._apply_pending(owned)
-        if where is Pass.STALE:
-            return True
-        envelope = data_envelope(msg.headers())
-        if envelope is None:
-            try:
-                tag = parse_headers(msg.headers())
-            except HeaderError:
-                tag = None  # dead-lettered on its first pass
-            if tag is not None and tag.kind is RecordKind.DATA and tag.event_time is not None:
-                envelope = (tag.version, tag.event_time)
-        if envelope is not None and bound.dropped(topic, off, *envelope, msg.timestamp()[1]):
-            return False
-        dur = owned.durability
-        dur.next_offsets[topic] = off + 1
-        dur.dirty = True
-        return True
-
-    def _rewind_if_changed(self, owned: Owned) -> bool:
-        """The rule changed on a paused partition: read its records not kept again."""
-        assert self._consumer is not None
-        bound, dur = owned.bound, owned.durability
-        if not bound.dropping or owned.router.rule_changes == bound.rule_seen:
-            return False
-        for seek in bound.rewind(dur.next_offsets):
-            self._consumer.seek(TopicPartition(seek.topic, owned.partition, seek.offset))
-            dur.next_offsets[seek.topic] = seek.offset
-            dur.dirty = True
-            log.info("partition %s/%d: %s read again from offset %d (records not kept over "
-                     "max_held)", owned.route.settings.name, owned.partition, seek.topic,
-                     seek.offset)
-        return True
+            rewind_if_changed(self._consumer, owned)
 
     def _consumer_error(self, msg: Message) -> None:
         err = msg.error()
@@ -456,7 +411,7 @@ class DataPath:
         """Apply a plan to one partition; True if that rewound one of its topics."""
         self._act(owned, owned.router.apply_plan(plan))
         owned.durability.dirty = True
-        return bool(owned.bound.topics) and self._rewind_if_changed(owned)
+        return bool(owned.bound.topics) and rewind_if_changed(self._consumer, owned)
 
     def _apply_pending(self, owned: Owned) -> bool:
         """Plans that waited for a rewind, once it is read; True if one rewound again."""

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from cutover.cli.orders import Order
-from cutover.headers import parse_headers
+from cutover.headers import BATCH, KIND, parse_headers
 from spark_tagger.checkpoint import OffsetLogMetadata, parse_offset_log
 from spark_tagger.tagger import BatchReport
 from tests.topics import RawRecord
@@ -206,15 +207,22 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -
 
 
 class OutputWatcher:
-    """Follows the output topic while the job runs, to kill it at the right moment."""
+    """Follows the output topic while the job runs, to kill it at the right moment.
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    ``label`` names the query a data record comes from, by its value, on a topic that several
+    queries write (their batch ids overlap; heartbeats do not say which query sent them)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int,
+                 label: Callable[[bytes | None], str] = lambda value: "") -> None:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kill-watch",
                                   "enable.auto.commit": False, "enable.partition.eof": False,
                                   "fetch.wait.max.ms": 20})
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.label = label
         self.data_batches: set[int] = set()
         self.beat_batches: set[int] = set()
+        self.data_by_query: dict[str, set[int]] = defaultdict(set)
+        self.beats: Counter[tuple[int, int]] = Counter()  # (batch, partition) -> heartbeats
 
     def poll(self) -> None:
         for msg in self.consumer.consume(500, 0.1):
@@ -225,11 +233,38 @@ class OutputWatcher:
             assert tagged.batch is not None
             if tagged.kind == "heartbeat":
                 self.beat_batches.add(tagged.batch)
+                self.beats[(tagged.batch, msg.partition())] += 1
             else:
                 self.data_batches.add(tagged.batch)
+                self.data_by_query[self.label(msg.value())].add(tagged.batch)
 
     def mid_batch(self) -> int | None:
         """A batch some of whose data is out but whose heartbeats are not: it is running."""
         self.poll()
         running = [b for b in self.data_batches - self.beat_batches if b >= 1]
         return min(running) if running else None
+
+
+def check_heartbeats(records: Sequence[RawRecord], committed: Iterable[int], partitions: int,
+                     senders: Counter[int] | None = None) -> None:
+    """Every committed batch's heartbeats reach every partition of the topic, and a batch's
+    heartbeats on one partition (the original and a replay's copy) are byte-identical.
+
+    On a topic several queries write, ``senders`` counts the queries that committed each batch
+    id: a partition then holds at least that many heartbeats of the batch, and their copies
+    need not be identical (a shared topic's heartbeat carries the lowest watermark of the
+    job's queries at the time it is sent, which a replay or the other query need not see)."""
+    beats: dict[tuple[int, int], list[RawRecord]] = defaultdict(list)
+    for r in records:
+        if r.header(KIND):
+            beats[(int(r.header(BATCH) or -1), r.partition)].append(r)
+    for b in committed:
+        for p in range(partitions):
+            got = beats[(b, p)]
+            if senders is None:
+                assert got and len({r.content for r in got}) == 1, (
+                    f"batch {b}, partition {p}: heartbeats {[r.headers for r in got]}")
+            else:
+                assert len(got) >= senders[b], (
+                    f"batch {b}, partition {p}: {len(got)} heartbeats, {senders[b]} queries "
+                    "committed it")

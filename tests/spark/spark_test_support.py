@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from cutover.cli.orders import Order
-from cutover.headers import BATCH, KIND, parse_headers
+from cutover.headers import BATCH, EVENT_TIME, KIND, parse_headers
 from spark_tagger.checkpoint import OffsetLogMetadata, parse_offset_log
 from spark_tagger.tagger import BatchReport
 from tests.topics import RawRecord
@@ -268,3 +268,55 @@ def check_heartbeats(records: Sequence[RawRecord], committed: Iterable[int], par
                 assert len(got) >= senders[b], (
                     f"batch {b}, partition {p}: {len(got)} heartbeats, {senders[b]} queries "
                     "committed it")
+
+
+def kill_mid_batch(run: TagRun, watcher: OutputWatcher, checkpoint: Path,
+                   timeout: float = 400.0) -> int:
+    """kill -9 of ``run`` while a batch has written records to the watched topic but neither
+    its heartbeats nor its commit (in ``checkpoint``) are done; that batch's id."""
+    try:
+
+        def running() -> int | None:
+            assert run.proc.poll() is None, f"the job ended early:\n{run.tail()}"
+            batch = watcher.mid_batch()
+            return (batch if batch is not None and batch not in committed_batches(checkpoint)
+                    else None)
+
+        killed_in: int = wait_for(running, timeout, "a batch in progress", interval=0.02)
+        run.kill()
+    finally:
+        if run.proc.poll() is None:
+            run.kill()
+        watcher.consumer.close()
+    assert killed_in not in committed_batches(checkpoint), "the batch was committed: not mid-batch"
+    return killed_in
+
+
+Meaning = tuple[bytes | None, bytes | None, str]
+
+
+def meaning(records: Sequence[RawRecord]) -> Counter[Meaning]:
+    """The data records as (key, value, event time), with how many copies of each."""
+    return Counter((r.key, r.value, r.header(EVENT_TIME) or "") for r in records
+                   if not r.header(KIND))
+
+
+def check_replay(reference: Sequence[RawRecord], after: Sequence[RawRecord],
+                 committed: Iterable[int], partitions: int, killed_in: int | None) -> None:
+    """A topic written by a run killed and restarted, against the same job's straight run: the
+    same records (key, value, event time), a copy only of a record of the killed batch (if
+    ``killed_in``) and byte-identical to it, headers included; heartbeats as
+    :func:`check_heartbeats` says."""
+    assert set(meaning(after)) == set(meaning(reference)), "records lost or invented"
+    assert all(n == 1 for n in meaning(reference).values())
+    copies: dict[Meaning, list[RawRecord]] = defaultdict(list)
+    for r in after:
+        if not r.header(KIND):
+            copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
+    doubled = [rs for rs in copies.values() if len(rs) > 1]
+    for rs in doubled:
+        assert len(rs) == 2 and len({r.content for r in rs}) == 1, "a replayed copy differs"
+    if killed_in is not None:
+        assert doubled, "the kill interrupted no batch that had written records"
+        assert {parse_headers(list(rs[0].headers)).batch for rs in doubled} == {killed_in}
+    check_heartbeats(after, committed, partitions)

@@ -31,10 +31,14 @@ from spark_test_support import (
     CONNECT_LOCAL_ENV,
     JOBS,
     TEST_JOBS,
+    Meaning,
     OutputWatcher,
     TagRun,
     check_heartbeats,
+    check_replay,
     committed_batches,
+    kill_mid_batch,
+    meaning,
     offset_logs,
     run_tag,
     tag_command,
@@ -90,11 +94,6 @@ SHAPES = {
 }
 
 
-def _meaning(records: list[RawRecord]) -> Counter[tuple[bytes | None, bytes | None, str]]:
-    return Counter((r.key, r.value, r.header(EVENT_TIME) or "") for r in records
-                   if not r.header(KIND))
-
-
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
     bootstrap: str, tmp_path: Path, shape: str
@@ -118,44 +117,12 @@ def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
     watched, watched_ck = outputs[0][0], ck / outputs[0][1]
     first = TagRun(tag_command("blue", JOBS / job, args(out, ck), [*flags, *SLOW_TASKS]),
                    tmp_path / "first.log", env).start()
-    watcher = OutputWatcher(bootstrap, out[watched], OUT)
-    try:
-
-        def running() -> int | None:
-            assert first.proc.poll() is None, f"the job ended early:\n{first.tail()}"
-            batch = watcher.mid_batch()
-            return (batch if batch is not None and batch not in committed_batches(watched_ck)
-                    else None)
-
-        killed_in = wait_for(running, 400, "a batch in progress", interval=0.02)
-        first.kill()
-    finally:
-        if first.proc.poll() is None:
-            first.kill()
-        watcher.consumer.close()
-    assert killed_in not in committed_batches(watched_ck), "not mid-batch"
+    killed_in = kill_mid_batch(first, OutputWatcher(bootstrap, out[watched], OUT), watched_ck)
     run_tag(tag_command("blue", JOBS / job, [*args(out, ck), "--available-now"],
                         [*flags, *SLOW_TASKS]), tmp_path / "second.log", timeout=600, env=env)
     for flag, sub in outputs:
-        _check_topic(read_topic(bootstrap, ref[flag]), read_topic(bootstrap, out[flag]),
-                     committed_batches(ck / sub), killed_in if flag == watched else None)
-
-
-def _check_topic(reference: list[RawRecord], after: list[RawRecord], committed: set[int],
-                 killed_in: int | None) -> None:
-    assert set(_meaning(after)) == set(_meaning(reference)), "records lost or invented"
-    assert all(n == 1 for n in _meaning(reference).values())
-    copies: dict[tuple[bytes | None, bytes | None, str], list[RawRecord]] = defaultdict(list)
-    for r in after:
-        if not r.header(KIND):
-            copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
-    doubled = [rs for rs in copies.values() if len(rs) > 1]
-    for rs in doubled:
-        assert len(rs) == 2 and len({r.content for r in rs}) == 1, "a replayed copy differs"
-    if killed_in is not None:
-        assert doubled, "the kill interrupted no batch that had written records"
-        assert {parse_headers(list(rs[0].headers)).batch for rs in doubled} == {killed_in}
-    check_heartbeats(after, committed, OUT)
+        check_replay(read_topic(bootstrap, ref[flag]), read_topic(bootstrap, out[flag]),
+                     committed_batches(ck / sub), OUT, killed_in if flag == watched else None)
 
 
 def _query_of(value: bytes | None) -> str:
@@ -216,10 +183,10 @@ def test_kill_9_mid_batch_of_two_queries_sharing_a_topic_then_restart(
             tmp_path / "second.log", timeout=600)
 
     reference, after = read_topic(bootstrap, ref), read_topic(bootstrap, out)
-    assert set(_meaning(after)) == set(_meaning(reference)), "records lost or invented"
-    assert all(n == 1 for n in _meaning(reference).values())
+    assert set(meaning(after)) == set(meaning(reference)), "records lost or invented"
+    assert all(n == 1 for n in meaning(reference).values())
     for q in queries:
-        copies: dict[tuple[bytes | None, bytes | None, str], list[RawRecord]] = defaultdict(list)
+        copies: dict[Meaning, list[RawRecord]] = defaultdict(list)
         for r in after:
             if not r.header(KIND) and _query_of(r.value) == q:
                 copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from cutover.cli.orders import Order
-from cutover.headers import parse_headers
+from cutover.headers import BATCH, EVENT_TIME, KIND, parse_headers
 from spark_tagger.checkpoint import OffsetLogMetadata, parse_offset_log
 from spark_tagger.tagger import BatchReport
 from tests.topics import RawRecord
@@ -206,15 +207,22 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -
 
 
 class OutputWatcher:
-    """Follows the output topic while the job runs, to kill it at the right moment."""
+    """Follows the output topic while the job runs, to kill it at the right moment.
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    ``label`` names the query a data record comes from, by its value, on a topic that several
+    queries write (their batch ids overlap; heartbeats do not say which query sent them)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int,
+                 label: Callable[[bytes | None], str] = lambda value: "") -> None:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kill-watch",
                                   "enable.auto.commit": False, "enable.partition.eof": False,
                                   "fetch.wait.max.ms": 20})
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.label = label
         self.data_batches: set[int] = set()
         self.beat_batches: set[int] = set()
+        self.data_by_query: dict[str, set[int]] = defaultdict(set)
+        self.beats: Counter[tuple[int, int]] = Counter()  # (batch, partition) -> heartbeats
 
     def poll(self) -> None:
         for msg in self.consumer.consume(500, 0.1):
@@ -225,11 +233,90 @@ class OutputWatcher:
             assert tagged.batch is not None
             if tagged.kind == "heartbeat":
                 self.beat_batches.add(tagged.batch)
+                self.beats[(tagged.batch, msg.partition())] += 1
             else:
                 self.data_batches.add(tagged.batch)
+                self.data_by_query[self.label(msg.value())].add(tagged.batch)
 
     def mid_batch(self) -> int | None:
         """A batch some of whose data is out but whose heartbeats are not: it is running."""
         self.poll()
         running = [b for b in self.data_batches - self.beat_batches if b >= 1]
         return min(running) if running else None
+
+
+def check_heartbeats(records: Sequence[RawRecord], committed: Iterable[int], partitions: int,
+                     senders: Counter[int] | None = None) -> None:
+    """Every committed batch's heartbeats reach every partition of the topic, and a batch's
+    heartbeats on one partition (the original and a replay's copy) are byte-identical.
+
+    On a topic several queries write, ``senders`` counts the queries that committed each batch
+    id: a partition then holds at least that many heartbeats of the batch, and their copies
+    need not be identical (a shared topic's heartbeat carries the lowest watermark of the
+    job's queries at the time it is sent, which a replay or the other query need not see)."""
+    beats: dict[tuple[int, int], list[RawRecord]] = defaultdict(list)
+    for r in records:
+        if r.header(KIND):
+            beats[(int(r.header(BATCH) or -1), r.partition)].append(r)
+    for b in committed:
+        for p in range(partitions):
+            got = beats[(b, p)]
+            if senders is None:
+                assert got and len({r.content for r in got}) == 1, (
+                    f"batch {b}, partition {p}: heartbeats {[r.headers for r in got]}")
+            else:
+                assert len(got) >= senders[b], (
+                    f"batch {b}, partition {p}: {len(got)} heartbeats, {senders[b]} queries "
+                    "committed it")
+
+
+def kill_mid_batch(run: TagRun, watcher: OutputWatcher, checkpoint: Path,
+                   timeout: float = 400.0) -> int:
+    """kill -9 of ``run`` while a batch has written records to the watched topic but neither
+    its heartbeats nor its commit (in ``checkpoint``) are done; that batch's id."""
+    try:
+
+        def running() -> int | None:
+            assert run.proc.poll() is None, f"the job ended early:\n{run.tail()}"
+            batch = watcher.mid_batch()
+            return (batch if batch is not None and batch not in committed_batches(checkpoint)
+                    else None)
+
+        killed_in: int = wait_for(running, timeout, "a batch in progress", interval=0.02)
+        run.kill()
+    finally:
+        if run.proc.poll() is None:
+            run.kill()
+        watcher.consumer.close()
+    assert killed_in not in committed_batches(checkpoint), "the batch was committed: not mid-batch"
+    return killed_in
+
+
+Meaning = tuple[bytes | None, bytes | None, str]
+
+
+def meaning(records: Sequence[RawRecord]) -> Counter[Meaning]:
+    """The data records as (key, value, event time), with how many copies of each."""
+    return Counter((r.key, r.value, r.header(EVENT_TIME) or "") for r in records
+                   if not r.header(KIND))
+
+
+def check_replay(reference: Sequence[RawRecord], after: Sequence[RawRecord],
+                 committed: Iterable[int], partitions: int, killed_in: int | None) -> None:
+    """A topic written by a run killed and restarted, against the same job's straight run: the
+    same records (key, value, event time), a copy only of a record of the killed batch (if
+    ``killed_in``) and byte-identical to it, headers included; heartbeats as
+    :func:`check_heartbeats` says."""
+    assert set(meaning(after)) == set(meaning(reference)), "records lost or invented"
+    assert all(n == 1 for n in meaning(reference).values())
+    copies: dict[Meaning, list[RawRecord]] = defaultdict(list)
+    for r in after:
+        if not r.header(KIND):
+            copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
+    doubled = [rs for rs in copies.values() if len(rs) > 1]
+    for rs in doubled:
+        assert len(rs) == 2 and len({r.content for r in rs}) == 1, "a replayed copy differs"
+    if killed_in is not None:
+        assert doubled, "the kill interrupted no batch that had written records"
+        assert {parse_headers(list(rs[0].headers)).batch for rs in doubled} == {killed_in}
+    check_heartbeats(after, committed, partitions)

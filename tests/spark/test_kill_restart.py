@@ -17,6 +17,7 @@ from spark_test_support import (
     OutputWatcher,
     TagRun,
     assign_batches,
+    check_heartbeats,
     committed_batches,
     offset_logs,
     orders_by_position,
@@ -78,12 +79,10 @@ def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     position = {o.order_id: pos for pos, o in orders.items()}
 
     copies: dict[str, list[RawRecord]] = defaultdict(list)
-    beats: dict[tuple[int, int], list[RawRecord]] = defaultdict(list)
     for rec in after:
         tagged = parse_headers(list(rec.headers))
         assert rec.header(VERSION) == "blue"
         if rec.header(KIND) == "heartbeat":
-            beats[(rec.partition, tagged.batch or 0)].append(rec)
             continue
         value = json.loads(rec.value or b"")
         pos = position[value["order_id"]]
@@ -103,8 +102,5 @@ def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     assert {int(r.header("bg.batch") or -1) for rs in duplicated.values() for r in rs} == \
         {killed_in}
     # heartbeats: every committed batch on every partition; the replayed one identical if twice
-    for b in committed_batches(checkpoint):
-        for p in range(PARTITIONS):
-            got = beats[(p, b)]
-            assert got and len({r.content for r in got}) == 1, (p, b)
+    check_heartbeats(after, committed_batches(checkpoint), PARTITIONS)
     assert second.reports()[0].batch == killed_in  # the restart replays the killed batch first

@@ -11,6 +11,11 @@ included), and on the watched topic belongs to the killed batch; every committed
 heartbeats reach every partition of its query's topic. Both runs read
 at most 40 input records a batch and 64 shuffle partitions, so a batch's write lasts long enough
 to be caught in the middle.
+
+Two queries of one job writing one topic (``tests/spark/jobs/shared_topic.py``) have a test of
+their own: their batch ids overlap on the topic and heartbeats do not say which query sent
+them, so copies are checked query by query (told apart by their values) and heartbeats batch id
+by batch id, as many as the queries that committed it.
 """
 
 from __future__ import annotations
@@ -25,9 +30,16 @@ from confluent_kafka import Producer
 from spark_test_support import (
     CONNECT_LOCAL_ENV,
     JOBS,
+    TEST_JOBS,
+    Meaning,
     OutputWatcher,
     TagRun,
+    check_heartbeats,
+    check_replay,
     committed_batches,
+    kill_mid_batch,
+    meaning,
+    offset_logs,
     run_tag,
     tag_command,
     wait_for,
@@ -82,11 +94,6 @@ SHAPES = {
 }
 
 
-def _meaning(records: list[RawRecord]) -> Counter[tuple[bytes | None, bytes | None, str]]:
-    return Counter((r.key, r.value, r.header(EVENT_TIME) or "") for r in records
-                   if not r.header(KIND))
-
-
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
     bootstrap: str, tmp_path: Path, shape: str
@@ -110,45 +117,87 @@ def test_kill_9_mid_batch_then_restart_gives_the_straight_run_s_records(
     watched, watched_ck = outputs[0][0], ck / outputs[0][1]
     first = TagRun(tag_command("blue", JOBS / job, args(out, ck), [*flags, *SLOW_TASKS]),
                    tmp_path / "first.log", env).start()
-    watcher = OutputWatcher(bootstrap, out[watched], OUT)
+    killed_in = kill_mid_batch(first, OutputWatcher(bootstrap, out[watched], OUT), watched_ck)
+    run_tag(tag_command("blue", JOBS / job, [*args(out, ck), "--available-now"],
+                        [*flags, *SLOW_TASKS]), tmp_path / "second.log", timeout=600, env=env)
+    for flag, sub in outputs:
+        check_replay(read_topic(bootstrap, ref[flag]), read_topic(bootstrap, out[flag]),
+                     committed_batches(ck / sub), OUT, killed_in if flag == watched else None)
+
+
+def _query_of(value: bytes | None) -> str:
+    """Which query of ``shared_topic.py`` wrote a record: ``orders`` copies carry the order."""
+    return "orders" if b'"order_id"' in (value or b"") else "totals"
+
+
+def test_kill_9_mid_batch_of_two_queries_sharing_a_topic_then_restart(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """``shared_topic.py``: two queries, one output topic, overlapping batch ids. Killed while a
+    batch of one query has written records but not its heartbeats (no heartbeat of that batch
+    id beyond what the other query's commit accounts for) and is not committed; restarted. Each
+    query's copies are byte-identical and belong to the batch that query had not committed at
+    the kill; every batch id committed by either query has heartbeats on every partition, as
+    many as the queries that committed it."""
+    n = uuid.uuid4().hex[:8]
+    tin, ref, out = f"ks-o-shared-{n}", f"ks-ref-shared-{n}", f"ks-out-shared-{n}"
+    create_topics(bootstrap, {tin: 2})
+    write_orders(bootstrap, tin, make_orders(SPEC))
+    create_topics(bootstrap, {ref: OUT, out: OUT})
+    job = TEST_JOBS / "shared_topic.py"
+    queries = ("orders", "totals")
+
+    def args(topic: str, ck: Path, trigger: str) -> list[str]:
+        return [bootstrap, tin, topic, str(ck), "40", trigger]
+
+    run_tag(tag_command("blue", job, args(ref, tmp_path / "ref", "available-now"), SLOW_TASKS),
+            tmp_path / "ref.log", timeout=600)
+    ck = tmp_path / "ck"
+    first = TagRun(tag_command("blue", job, args(out, ck, "continuous"), SLOW_TASKS),
+                   tmp_path / "first.log").start()
+    watcher = OutputWatcher(bootstrap, out, OUT, label=_query_of)
     try:
 
-        def running() -> int | None:
+        def running() -> tuple[str, int] | None:
             assert first.proc.poll() is None, f"the job ended early:\n{first.tail()}"
-            batch = watcher.mid_batch()
-            return (batch if batch is not None and batch not in committed_batches(watched_ck)
-                    else None)
+            watcher.poll()
+            done = {q: committed_batches(ck / q) for q in queries}
+            for q, other in zip(queries, reversed(queries), strict=True):
+                for b in sorted(watcher.data_by_query[q] - done[q]):
+                    others = int(b in done[other])  # the other query's heartbeats of b
+                    if b >= 1 and all(watcher.beats[(b, p)] <= others for p in range(OUT)):
+                        return q, b
+            return None
 
-        killed_in = wait_for(running, 400, "a batch in progress", interval=0.02)
+        killed_q, killed_in = wait_for(running, 400, "a batch in progress", interval=0.02)
         first.kill()
     finally:
         if first.proc.poll() is None:
             first.kill()
         watcher.consumer.close()
-    assert killed_in not in committed_batches(watched_ck), "not mid-batch"
-    run_tag(tag_command("blue", JOBS / job, [*args(out, ck), "--available-now"],
-                        [*flags, *SLOW_TASKS]), tmp_path / "second.log", timeout=600, env=env)
-    for flag, sub in outputs:
-        _check_topic(read_topic(bootstrap, ref[flag]), read_topic(bootstrap, out[flag]),
-                     committed_batches(ck / sub), killed_in if flag == watched else None)
+    # per query, the batches planned (offsets written) and not committed when the job died
+    open_at_kill = {q: {log.batch for log in offset_logs(ck / q, tin)} - committed_batches(ck / q)
+                    for q in queries}
+    assert killed_in in open_at_kill[killed_q], "not mid-batch"
+    run_tag(tag_command("blue", job, args(out, ck, "available-now"), SLOW_TASKS),
+            tmp_path / "second.log", timeout=600)
 
-
-def _check_topic(reference: list[RawRecord], after: list[RawRecord], committed: set[int],
-                 killed_in: int | None) -> None:
-    assert set(_meaning(after)) == set(_meaning(reference)), "records lost or invented"
-    assert all(n == 1 for n in _meaning(reference).values())
-    copies: dict[tuple[bytes | None, bytes | None, str], list[RawRecord]] = defaultdict(list)
-    for r in after:
-        if not r.header(KIND):
-            copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
-    doubled = [rs for rs in copies.values() if len(rs) > 1]
-    for rs in doubled:
-        assert len(rs) == 2 and len({r.content for r in rs}) == 1, "a replayed copy differs"
-    if killed_in is not None:
-        assert doubled, "the kill interrupted no batch that had written records"
-        assert {parse_headers(list(rs[0].headers)).batch for rs in doubled} == {killed_in}
-    for b in committed:
-        for p in range(OUT):
-            beats = [r for r in after if r.header(KIND) and r.partition == p
-                     and r.header("bg.batch") == str(b)]
-            assert beats and len({r.content for r in beats}) == 1, (p, b)
+    reference, after = read_topic(bootstrap, ref), read_topic(bootstrap, out)
+    assert set(meaning(after)) == set(meaning(reference)), "records lost or invented"
+    assert all(n == 1 for n in meaning(reference).values())
+    for q in queries:
+        copies: dict[Meaning, list[RawRecord]] = defaultdict(list)
+        for r in after:
+            if not r.header(KIND) and _query_of(r.value) == q:
+                copies[(r.key, r.value, r.header(EVENT_TIME) or "")].append(r)
+        assert copies, f"{q} wrote nothing"
+        doubled = [rs for rs in copies.values() if len(rs) > 1]
+        for rs in doubled:
+            assert len(rs) == 2 and len({r.content for r in rs}) == 1, f"a {q} copy differs"
+        batches = {parse_headers(list(rs[0].headers)).batch for rs in doubled}
+        assert batches <= open_at_kill[q], (q, batches, open_at_kill[q])
+        if q == killed_q:
+            assert batches == {killed_in}, "the kill interrupted no batch that had written"
+    senders = Counter(b for q in queries for b in committed_batches(ck / q))
+    assert {b for q in queries for b in open_at_kill[q]} <= set(senders), "a batch not replayed"
+    check_heartbeats(after, senders, OUT, senders)

@@ -19,11 +19,11 @@ from spark_test_support import (
     assign_batches,
     check_heartbeats,
     committed_batches,
+    kill_mid_batch,
     offset_logs,
     orders_by_position,
     run_tag,
     tag_command,
-    wait_for,
 )
 
 from cutover.broker import create_topics
@@ -48,22 +48,8 @@ def test_kill_9_mid_batch_then_restart_gives_only_identical_duplicates(
     job = TEST_JOBS / "slow_enrich.py"
 
     first = TagRun(tag_command("blue", job, args), tmp_path / "first.log").start()
-    watcher = OutputWatcher(bootstrap, tout, PARTITIONS)
-    try:
-
-        def running() -> int | None:
-            assert first.proc.poll() is None, f"the job ended early:\n{first.tail()}"
-            batch = watcher.mid_batch()
-            return batch if batch is not None and batch not in committed_batches(checkpoint) \
-                else None
-
-        killed_in = wait_for(running, 300, "a batch in progress", interval=0.05)
-        first.kill()
-    finally:
-        if first.proc.poll() is None:
-            first.kill()
-        watcher.consumer.close()
-    assert killed_in not in committed_batches(checkpoint), "the batch was committed: not mid-batch"
+    killed_in = kill_mid_batch(first, OutputWatcher(bootstrap, tout, PARTITIONS), checkpoint,
+                               timeout=300)
     before = read_topic(bootstrap, tout)
 
     second = run_tag(tag_command("blue", job, [*args, "--available-now"]),

@@ -53,10 +53,12 @@ def test_kill9_and_restart_no_loss_no_duplicate(bootstrap: str, tmp_path: Path,
     assert env.cli("switch", "--route", env.route, "--to", "green", "--at", str(boundary),
                    "--force") == 0   # no router yet: the plan is published up front
     router = RouterProcess(env, name="a")
-    feeder = _feed(env, N, [], pause=0.05)
     try:
         router.wait_started()
-        env.wait_for("some output", lambda: env.output_count() > N // 5, 90, 0.2)
+        # fed while the router runs, so that it is killed mid-stream: fed before it started,
+        # the whole backlog could be routed in one or two batches between two polls below
+        feeder = _feed(env, N, [], pause=0.1)
+        env.wait_for("some output", lambda: env.output_count() > N // 5, 90, 0.05)
         router.kill9()
         mid = env.output_count()
         assert mid < N, "the kill came too late to test anything"

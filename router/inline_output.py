@@ -42,16 +42,14 @@ Forward = Callable[[Owned, str, int, "Headers | None", "bytes | None", "bytes | 
 class InlineStream:
     """One output partition's forwards in one transactional batch."""
 
-    __slots__ = ("held", "live", "output", "producer", "queue_forward", "writer")
+    __slots__ = ("held", "live", "output", "producer", "writer")
 
-    def __init__(self, output: str, producer: Producer, writer: Any,
-                 queue_forward: Forward) -> None:
-        """``writer``: the batch's router.output_writer.OutputWriter (its ``queue``);
-        ``queue_forward``: its queueing forward, used once the stream has stopped."""
+    def __init__(self, output: str, producer: Producer, writer: Any) -> None:
+        """``writer``: the batch's router.output_writer.OutputWriter: its ``queue``, and its
+        queueing ``forward`` once the stream has stopped."""
         self.output = output
         self.producer = producer
         self.writer = writer
-        self.queue_forward = queue_forward
         self.held: Queued | None = None
         self.live = True
 
@@ -59,7 +57,7 @@ class InlineStream:
              key: bytes | None, value: bytes | None) -> None:
         """Forward raw record (topic, off): produce the one held back, hold this one."""
         if not self.live:
-            self.queue_forward(owned, topic, off, headers, key, value)
+            self.writer.forward(owned, topic, off, headers, key, value)
             return
         owned.durability.queue_forward(topic, off)
         p = owned.partition

@@ -10,8 +10,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -171,32 +171,47 @@ _TRANSIENT = frozenset({
 })
 
 
-def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0
-                  ) -> tuple[int, int]:
-    """(low, high) of ``tp`` asked of its leader (ListOffsets), retried while leadership moves
-    (``NOT_LEADER_FOR_PARTITION`` and the like, measured for ~3 s after a leader's kill -9),
-    up to ``timeout``; any other error, or one that lasts, is raised."""
+_T = TypeVar("_T")
+
+
+def _ask_while_leaders_move(consumer: Consumer, ask: Callable[[], _T],
+                            asked: Callable[[], list[TopicPartition]], timeout: float) -> _T:
+    """``ask()`` (an offsets request about ``asked()``), asked again while leadership moves
+    (``NOT_LEADER_FOR_PARTITION`` and the like, measured for ~3 s after a leader's kill -9), up
+    to ``timeout``; any other error, or one that lasts, is raised."""
     deadline = time.monotonic() + timeout
     delay = 0.1
     while True:
         try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=min(10.0, timeout),
-                                                       cached=False)
-            return int(low), int(high)
+            return ask()
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             code = err.code() if isinstance(err, KafkaError) else None
             if code not in _TRANSIENT or time.monotonic() + delay > deadline:
                 raise
-            log.info("offsets of %s:%d: %s; asking again", tp.topic, tp.partition,
+            tps = asked()
+            log.info("offsets of %s: %s; asking again",
+                     ", ".join(f"{tp.topic}:{tp.partition}" for tp in tps),
                      err.str() if isinstance(err, KafkaError) else exc)
             time.sleep(delay)
             # The client's cached leader may be the dead broker: a metadata request for the
             # topic refreshes it (a query alone does not, measured: "Unknown partition" for
             # 30 s after a leader's kill -9).
             with contextlib.suppress(KafkaException):
-                consumer.list_topics(tp.topic, timeout=5.0)
+                consumer.list_topics(tps[0].topic, timeout=5.0)
             delay = min(delay * 2, 2.0)
+
+
+def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0
+                  ) -> tuple[int, int]:
+    """(low, high) of ``tp`` asked of its leader (ListOffsets), asked again while leadership
+    moves (:func:`_ask_while_leaders_move`)."""
+
+    def ask() -> tuple[int, int]:
+        low, high = consumer.get_watermark_offsets(tp, timeout=min(10.0, timeout), cached=False)
+        return int(low), int(high)
+
+    return _ask_while_leaders_move(consumer, ask, lambda: [tp], timeout)
 
 
 def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 30.0
@@ -204,41 +219,23 @@ def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 
     """The end of each of ``tps`` (the last stable offset under ``read_committed``), asked in
     one ListOffsets per leader rather than one round trip per partition: the router asks it of
     every output partition it writes, every batch (4 partitions: 8-25 ms one by one, 1-2 ms
-    together, measured on the test broker). Transient errors are retried as
-    :func:`offsets_range` retries them; any other error, or one that lasts, is raised."""
-    deadline = time.monotonic() + timeout
-    delay = 0.1
+    together, measured on the test broker). Partitions that failed are asked again while
+    leadership moves (:func:`_ask_while_leaders_move`)."""
     ends: dict[tuple[str, int], int] = {}
     todo = list(tps)
-    while True:
-        try:
-            # timestamp -1 is ListOffsets' LATEST: the request a watermark query sends
-            got = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, -1)
-                                              for tp in todo], timeout=min(10.0, timeout))
-            err: KafkaError | None = None
-            failed = []
-            for tp in got:
-                if tp.error is None:
-                    ends[(tp.topic, tp.partition)] = int(tp.offset)
-                else:
-                    failed.append(tp)
-                    err = tp.error
-            if err is None:
-                return ends
-            todo = failed
-            raise KafkaException(err)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            code = err.code() if isinstance(err, KafkaError) else None
-            if code not in _TRANSIENT or time.monotonic() + delay > deadline:
-                raise
-            log.info("end offsets of %s: %s; asking again",
-                     ", ".join(f"{tp.topic}:{tp.partition}" for tp in todo),
-                     err.str() if isinstance(err, KafkaError) else exc)
-            time.sleep(delay)
-            with contextlib.suppress(KafkaException):
-                consumer.list_topics(todo[0].topic, timeout=5.0)
-            delay = min(delay * 2, 2.0)
+
+    def ask() -> dict[tuple[str, int], int]:
+        nonlocal todo
+        # timestamp -1 is ListOffsets' LATEST: the request a watermark query sends
+        got = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, -1)
+                                          for tp in todo], timeout=min(10.0, timeout))
+        ends.update({(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.error is None})
+        todo = [tp for tp in got if tp.error is not None]
+        if todo:
+            raise KafkaException(todo[-1].error)
+        return ends
+
+    return _ask_while_leaders_move(consumer, ask, lambda: todo, timeout)
 
 
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:

@@ -115,7 +115,7 @@ class OutputWriter:
         dest = (owned.route.settings.output, owned.partition)
         stream = self.streams.get(dest)
         if stream is None:
-            stream = self.streams[dest] = InlineStream(dest[0], producer, self, self.forward)
+            stream = self.streams[dest] = InlineStream(dest[0], producer, self)
         return stream
 
     def end_streams(self) -> None:

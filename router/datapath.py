@@ -11,11 +11,12 @@ Per batch, in this order (the durability argument of DESIGN.md rests on it):
    router.takeover);
 2. decide every record with its partition's :class:`PartitionRouter`; apply new plans to every
    owned partition; queue the output (router.output_writer);
-3. write each changed partition's :class:`Checkpoint` (resume offsets that never pass a held or
-   undecided record, nor one whose output is queued in this batch: router.durability; the
-   decision state; where to read the output back from) and wait for it. A crash after this
-   point and before delivery replays the batch's records from the checkpoint: the read-back
-   finds what was delivered (not forwarded again) and the rest is forwarded then;
+3. (steps 3 to 5: router.batch_end) write each changed partition's :class:`Checkpoint`
+   (resume offsets that never pass a held or undecided record, nor one whose output is
+   queued in this batch: router.durability; the decision state; where to read the output
+   back from) and wait for it. A crash after this point and before delivery replays the
+   batch's records from the checkpoint: the read-back finds what was delivered (not
+   forwarded again) and the rest is forwarded then;
 4. check that the partitions are still owned (router.ownership), look for another writer's
    records in the output, produce outputs / dead letters / shadows, wait for delivery;
 5. flush the dedup stores (identities of delivered records + checkpoint seq), commit the resume
@@ -38,24 +39,18 @@ import logging
 import os
 import socket
 import threading
-import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
-from router.checkpoint import (
-    Checkpoint,
-    checkpoint_topic,
-    read_checkpoints,
-    write_checkpoints,
-)
+from router.batch_end import BatchEnd
+from router.checkpoint import checkpoint_topic, read_checkpoints
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
 from router.errors import RouterError
-from router.failpoints import fire, pause_at
 from router.gc_pause import batch_gc_pause
 from router.held_reads import read_before, rewind_if_changed
 from router.inline_output import Forward
@@ -67,7 +62,7 @@ from router.kafka_io import (
     wait_stable,
 )
 from router.output_writer import OutputWriter
-from router.ownership import PollClock, check_ownership
+from router.ownership import PollClock
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import PartitionView, StatusBoard
 from router.takeover import take_over
@@ -77,7 +72,6 @@ from router.transactions import (
     PartitionKey,
     PartitionTransactions,
     transactions_on,
-    write_batch,
 )
 
 log = logging.getLogger("cutover.router")
@@ -110,7 +104,6 @@ class DataPath:
                                  interval_s=settings.status_interval_s)
         self.ready = threading.Event()
         self.clock = PollClock()
-        self._last_purge = time.monotonic()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
@@ -118,6 +111,7 @@ class DataPath:
         self._control: ControlReader | None = None
         self._by_tp: dict[tuple[str, int], Owned] = {}
         self._fenced = False   # this batch's outputs checked for another writer's records
+        self._end: BatchEnd | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -151,6 +145,9 @@ class DataPath:
                                      **{"group.id": f"{self.settings.group_id}.probe",
                                         "enable.auto.commit": False}))
         self._writer = OutputWriter(conf, self._producer, probe)
+        self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
+                             self.ckpt_topic, self.worker_id, self.clock,
+                             self._current_consumer, self._recover)
         self._join()
         self.ready.set()
         log.info("router worker %s started: routes %s, transactions %s", self.worker_id,
@@ -168,6 +165,10 @@ class DataPath:
         self._consumer = Consumer(conf)
         self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
                                  on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def _current_consumer(self) -> Consumer:
+        assert self._consumer is not None
+        return self._consumer
 
     def _shutdown(self) -> None:
         if self._writer is not None:
@@ -290,7 +291,9 @@ class DataPath:
                 self.board.control_event(event)
                 if isinstance(event, PlanAccepted):
                     self._apply_everywhere(event.plan)
-            self._complete_batch()
+            self._fenced = False
+            if self._end is not None and self._end.complete():
+                self.board.changed = True
             del msgs
         self.board.tick()
 
@@ -363,7 +366,8 @@ class DataPath:
         if stream is None:
             try:
                 if not self._fenced:  # once per batch, for every owned partition: one request
-                    self._check_ownership()
+                    assert self._end is not None
+                    self._end.check_ownership()
                     writer.fence_foreign_writes(self.owned.values(), every=True)
                     self._fenced = True
                 txn.begin([key])
@@ -445,94 +449,7 @@ class DataPath:
             elif shadow:  # Outcome.SUPPRESS with a shadow topic
                 writer.shadow(owned, ref, rec.key, rec.value)
 
-    # -- the end of a batch -----------------------------------------------------------------
-
-    def _complete_batch(self) -> None:
-        assert self._producer is not None and self._consumer is not None
-        assert self._writer is not None
-        writer = self._writer
-        writer.end_streams()
-        self._fenced = False
-        dirty = [o for o in self.owned.values() if o.durability.dirty]
-        if not dirty and not writer.queue:
-            return
-        pending_out = len(writer.queue)
-        ckpts: list[Checkpoint] = []
-        for owned in dirty:
-            rs = owned.route.settings
-            at = owned.durability.next_checkpoint(owned.held_refs(), owned.router.horizon,
-                                                  rs.dedup.retention_ms)
-            ckpts.append(Checkpoint(
-                route=rs.name, partition=owned.partition, seq=at.seq, offsets=at.offsets,
-                snapshot=owned.router.snapshot(), readback_from=at.readback_from,
-                rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
-        self._check_ownership()
-        if self._txn is not None:
-            keys = self._transaction_keys()
-            failed = write_batch(self._txn, self.ckpt_topic, ckpts, keys, bool(writer.queue),
-                                 lambda: self._send(self._txn), self._flush_store)
-            writer.queue.clear()
-            self._recover(failed)
-            dirty = [o for o in dirty  # an aborted partition was taken over again
-                     if self.owned.get((o.route.settings.name, o.partition)) is o]
-        else:
-            self._write_checkpoint_first(ckpts)
-        offsets = {(c.route, c.partition): c.offsets for c in ckpts}
-        commits: list[TopicPartition] = []
-        for owned in dirty:
-            if self._txn is None:  # with transactions: flushed once committed, above
-                self._flush_store((owned.route.settings.name, owned.partition))
-            owned.durability.batch_done()
-            commits.extend(TopicPartition(t, owned.partition, o) for t, o in
-                           offsets[(owned.route.settings.name, owned.partition)].items())
-        if commits:
-            try:
-                self._consumer.commit(offsets=commits, asynchronous=True)
-            except KafkaException as exc:
-                log.warning("offset commit: %s", exc)
-        if time.monotonic() - self._last_purge > 30:
-            self._purge()
-        self.board.changed = self.board.changed or pending_out > 0
-
-    def _flush_store(self, key: PartitionKey) -> None:
-        """Make the partition's dedup store durable up to this batch: the identities of its
-        delivered records and the checkpoint's seq. With transactions this runs in the
-        partition's commit thread, after its commit (the loop waits for every commit)."""
-        owned = self.owned[key]
-        owned.store.put_meta("seq", str(owned.durability.seq).encode())
-        owned.store.flush()
-
-    def _transaction_keys(self) -> set[PartitionKey]:
-        """The partitions in this batch's transactions: those with a checkpoint to write or
-        output queued (a forward, dead letter or shadow copy marks its raw record undelivered
-        in the partition's bookkeeping). Read from the owned partitions, not from the queued
-        output: scanning the queue cost a tuple and a lookup per forwarded record (~30 ms
-        per 100,000)."""
-        return {key for key, o in self.owned.items()
-                if o.durability.dirty or o.durability.undelivered}
-
-    def _write_checkpoint_first(self, ckpts: list[Checkpoint]) -> None:
-        """Without transactions: the checkpoint is durable before any output of the batch."""
-        assert self._producer is not None and self._writer is not None
-        writer = self._writer
-        if ckpts:
-            write_checkpoints(self._producer, self.ckpt_topic, ckpts)
-            if writer.queue and fire("after-checkpoint"):
-                os._exit(137)
-        if writer.queue:
-            self._send(None)
-            pause_at("pause-before-commit")
-
-    def _send(self, txn: PartitionTransactions | None) -> list[Owned]:
-        """Produce the batch's queued output (through the partitions' transactional
-        producers, if any), checking ownership right before and after."""
-        assert self._writer is not None
-        self._check_ownership()  # again, as late as possible before writing
-        self._writer.fence_foreign_writes(self.owned.values())
-        written = self._writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
-                                       None if txn is None else txn.producer_of)
-        self._check_ownership(after_write=True)
-        return written
+    # -- after a failed batch -------------------------------------------------------------
 
     def _recover(self, failed: Failed) -> None:
         """After a failed batch: a fenced producer means a newer owner has the partition, so
@@ -562,17 +479,3 @@ class DataPath:
         self.board.changed = True
         log.warning("partitions %s: batch aborted; replaying from their checkpoints",
                     sorted(aborted))
-
-    def _check_ownership(self, after_write: bool = False) -> None:
-        assert self._consumer is not None
-        since_poll = self.clock.since_poll()
-        assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
-        check_ownership(list(self.owned), {r: rt.settings.inputs for r, rt in self.routes.items()},
-                        assigned, since_poll, self.clock.max_poll_s, after_write=after_write)
-
-    def _purge(self) -> None:
-        self._last_purge = time.monotonic()
-        for owned in self.owned.values():
-            h = owned.router.horizon
-            if h is not None:
-                owned.store.purge(h - owned.route.settings.dedup.retention_ms)

@@ -1,0 +1,148 @@
+"""The end of a batch: steps 3 to 5 of router.datapath's order, once every consumed record
+of the batch is decided. Kept apart from the per-record loop, as faust keeps its producer
+apart from its consumer loop: this is where the durability argument (README, "Durability")
+is carried out, and nothing here runs per record.
+
+Without transactions: the checkpoint of every changed partition is written and waited for,
+then the queued output is produced and waited for, then the dedup stores are flushed and
+the resume offsets committed to the group. With transactions (router.transactions): one
+transaction per partition holds its checkpoint and its output, and each partition's store is
+flushed in its commit thread once it committed. Ownership is checked before either write.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from router.checkpoint import Checkpoint, write_checkpoints
+from router.failpoints import fire, pause_at
+from router.output_writer import OutputWriter
+from router.ownership import PollClock, check_ownership
+from router.partition import Owned, RouteRuntime
+from router.transactions import Failed, PartitionKey, PartitionTransactions, write_batch
+
+log = logging.getLogger("cutover.router")
+
+PURGE_EVERY_S = 30
+
+
+@dataclass
+class BatchEnd:
+    """Ends the data path's batches. ``owned`` and ``routes`` are the data path's own
+    (shared, not copied); ``consumer`` gives the current data consumer (a rejoin replaces
+    it); ``recover`` takes aborted or fenced partitions over again (router.datapath)."""
+
+    owned: dict[PartitionKey, Owned]
+    routes: dict[str, RouteRuntime]
+    writer: OutputWriter
+    producer: Producer
+    txn: PartitionTransactions | None
+    ckpt_topic: str
+    worker_id: str
+    clock: PollClock
+    consumer: Callable[[], Consumer]
+    recover: Callable[[Failed], None]
+    _last_purge: float = field(default_factory=time.monotonic)
+
+    def complete(self) -> bool:
+        """Make the batch durable; True if it had output to write."""
+        writer = self.writer
+        writer.end_streams()
+        dirty = [o for o in self.owned.values() if o.durability.dirty]
+        if not dirty and not writer.queue:
+            return False
+        pending_out = len(writer.queue)
+        ckpts: list[Checkpoint] = []
+        for owned in dirty:
+            rs = owned.route.settings
+            at = owned.durability.next_checkpoint(owned.held_refs(), owned.router.horizon,
+                                                  rs.dedup.retention_ms)
+            ckpts.append(Checkpoint(
+                route=rs.name, partition=owned.partition, seq=at.seq, offsets=at.offsets,
+                snapshot=owned.router.snapshot(), readback_from=at.readback_from,
+                rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
+        self.check_ownership()
+        if self.txn is not None:
+            failed = write_batch(self.txn, self.ckpt_topic, ckpts, self._transaction_keys(),
+                                 bool(writer.queue), lambda: self._send(self.txn),
+                                 self.flush_store)
+            writer.queue.clear()
+            self.recover(failed)
+            dirty = [o for o in dirty  # an aborted partition was taken over again
+                     if self.owned.get((o.route.settings.name, o.partition)) is o]
+        else:
+            self._write_checkpoint_first(ckpts)
+        offsets = {(c.route, c.partition): c.offsets for c in ckpts}
+        commits: list[TopicPartition] = []
+        for owned in dirty:
+            if self.txn is None:  # with transactions: flushed once committed, above
+                self.flush_store((owned.route.settings.name, owned.partition))
+            owned.durability.batch_done()
+            commits.extend(TopicPartition(t, owned.partition, o) for t, o in
+                           offsets[(owned.route.settings.name, owned.partition)].items())
+        if commits:
+            try:
+                self.consumer().commit(offsets=commits, asynchronous=True)
+            except KafkaException as exc:
+                log.warning("offset commit: %s", exc)
+        if time.monotonic() - self._last_purge > PURGE_EVERY_S:
+            self._purge()
+        return pending_out > 0
+
+    def flush_store(self, key: PartitionKey) -> None:
+        """Make the partition's dedup store durable up to this batch: the identities of its
+        delivered records and the checkpoint's seq. With transactions this runs in the
+        partition's commit thread, after its commit (the loop waits for every commit)."""
+        owned = self.owned[key]
+        owned.store.put_meta("seq", str(owned.durability.seq).encode())
+        owned.store.flush()
+
+    def check_ownership(self, after_write: bool = False) -> None:
+        """Refuse to write for partitions this worker may no longer own (router.ownership)."""
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer().assignment()}
+        check_ownership(list(self.owned), {r: rt.settings.inputs for r, rt in self.routes.items()},
+                        assigned, self.clock.since_poll(), self.clock.max_poll_s,
+                        after_write=after_write)
+
+    def _transaction_keys(self) -> set[PartitionKey]:
+        """The partitions in this batch's transactions: those with a checkpoint to write or
+        output queued (a forward, dead letter or shadow copy marks its raw record undelivered
+        in the partition's bookkeeping). Read from the owned partitions, not from the queued
+        output: scanning the queue cost a tuple and a lookup per forwarded record (~30 ms
+        per 100,000)."""
+        return {key for key, o in self.owned.items()
+                if o.durability.dirty or o.durability.undelivered}
+
+    def _write_checkpoint_first(self, ckpts: list[Checkpoint]) -> None:
+        """Without transactions: the checkpoint is durable before any output of the batch."""
+        if ckpts:
+            write_checkpoints(self.producer, self.ckpt_topic, ckpts)
+            if self.writer.queue and fire("after-checkpoint"):
+                os._exit(137)
+        if self.writer.queue:
+            self._send(None)
+            pause_at("pause-before-commit")
+
+    def _send(self, txn: PartitionTransactions | None) -> list[Owned]:
+        """Produce the batch's queued output (through the partitions' transactional
+        producers, if any), checking ownership right before and after."""
+        self.check_ownership()  # again, as late as possible before writing
+        self.writer.fence_foreign_writes(self.owned.values())
+        written = self.writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
+                                      None if txn is None else txn.producer_of)
+        self.check_ownership(after_write=True)
+        return written
+
+    def _purge(self) -> None:
+        """Drop identities older than each partition's retention window from its store."""
+        self._last_purge = time.monotonic()
+        for owned in self.owned.values():
+            h = owned.router.horizon
+            if h is not None:
+                owned.store.purge(h - owned.route.settings.dedup.retention_ms)

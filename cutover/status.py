@@ -6,11 +6,12 @@ status topic even when compaction left only a rejected record on the control top
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from cutover.plan import CutoverPlan, utcnow
 
@@ -123,3 +124,36 @@ status_adapter: TypeAdapter[RouteStatus | PlanRejectedEvent] = TypeAdapter(Statu
 
 def parse_status(raw: bytes) -> RouteStatus | PlanRejectedEvent:
     return status_adapter.validate_json(raw)
+
+
+class UnreadableStatus(NamedTuple):
+    """A worker's status message this version cannot read, and why."""
+
+    route: str
+    worker: str
+    reason: str
+
+
+def unreadable_status(raw: bytes, exc: ValidationError) -> UnreadableStatus | None:
+    """Why ``raw``, a status message that :func:`parse_status` refused, cannot be read, when
+    it names its route and worker (None for anything else on the topic). The usual cause is a
+    worker newer than the reader: status messages are strict (``extra="forbid"``), so a field
+    added by a later version is refused rather than guessed at."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    route, worker = data.get("route"), data.get("worker")
+    if not isinstance(route, str) or not isinstance(worker, str):
+        return None
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"][1:]) or "(the message)"
+    if first["type"] == "extra_forbidden":
+        reason = f"field {where!r} is not known to this version of cutover"
+    elif first["type"] == "union_tag_invalid":
+        reason = f"event {data.get('event')!r} is not known to this version of cutover"
+    else:
+        reason = f"{where}: {first['msg']}"
+    return UnreadableStatus(route, worker, reason)

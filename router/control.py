@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from cutover.plan import CutoverPlan, PlanBook, PlanRejected, parse_plan
 from cutover.settings import RouterSettings
-from cutover.status import parse_status
+from cutover.status import parse_status, unreadable_status
 from router.kafka_io import partitions_of, read_to_end, reader_conf
 
 log = logging.getLogger("cutover.router")
@@ -128,12 +128,18 @@ def recover_plans(conf: dict[str, Any], settings: RouterSettings,
     best: dict[str, CutoverPlan] = {}
     if partitions_of(conf, settings.status_topic) is None:
         return []
+    unreadable: dict[str, str] = {}  # worker -> why (a newer worker's status, usually)
     for msg in read_to_end(conf, settings.status_topic):
         if msg.key() is None or msg.value() is None:
             continue
         try:
             status = parse_status(msg.value())
-        except (ValidationError, ValueError):
+        except ValidationError as exc:
+            bad = unreadable_status(msg.value(), exc)
+            if bad is not None and bad.route in routes:
+                unreadable[bad.worker] = bad.reason
+            continue
+        except ValueError:
             continue
         plan = status.plan
         if plan is None or plan.route not in routes:
@@ -146,4 +152,9 @@ def recover_plans(conf: dict[str, Any], settings: RouterSettings,
         held = best.get(plan.route)
         if held is None or plan.epoch > held.epoch:
             best[plan.route] = plan
+    if unreadable:
+        log.warning("status topic %s: status messages of workers %s cannot be read by this "
+                    "version (%s); the plans they carry are not used to recover (the control "
+                    "topic's are). Run every worker of the group on one version",
+                    settings.status_topic, sorted(unreadable), next(iter(unreadable.values())))
     return list(best.values())

@@ -32,6 +32,7 @@ from cutover.status import (
     RouteStatus,
     Transition,
     parse_status,
+    unreadable_status,
 )
 from router.kafka_io import (
     AccessDenied,
@@ -101,11 +102,22 @@ class RouteView:
     rejections: list[PlanRejectedEvent] = field(default_factory=list)
     rollout: RolloutRecord | None = None    # the newest journal record of a rollout
     rollout_log: list[RolloutRecord] = field(default_factory=list)  # read by the last refresh
+    # worker -> why its newest status message could not be read (a newer worker, usually)
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     def progress(self) -> dict[int, PartitionProgress]:
         """Each partition's own applied epoch and effective boundary, as its owner published
         them (a partition status without them falls back to its message's epoch)."""
         return {p: progress_of(ps, epoch) for p, (ps, epoch, _, _) in self.partitions.items()}
+
+    def unreadable_note(self) -> str | None:
+        """One sentence on the workers whose newest status this version cannot read."""
+        if not self.unreadable:
+            return None
+        who = "; ".join(f"{w}: {why}" for w, why in sorted(self.unreadable.items()))
+        return (f"cannot read the newest status of {len(self.unreadable)} worker(s) ({who}); "
+                "they are likely newer than this cutover: upgrade it to the workers' version "
+                "(until then their partitions show their last readable status, or none)")
 
     def transition(self) -> Transition:
         n = self.num_partitions or (max(self.partitions) + 1 if self.partitions else 0)
@@ -202,6 +214,7 @@ class _RouteState:
     rejections: list[PlanRejectedEvent] = field(default_factory=list)
     rollout: RolloutRecord | None = None
     rollout_log: list[RolloutRecord] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 class StateReader:
@@ -285,11 +298,17 @@ class StateReader:
                 continue
             try:
                 st = parse_status(msg.value())
-            except (ValidationError, ValueError):
+            except ValidationError as exc:
+                bad = unreadable_status(msg.value(), exc)
+                if bad is not None and (route is None or bad.route == route):
+                    self._state(bad.route).unreadable[bad.worker] = bad.reason
+                continue
+            except ValueError:
                 continue
             if route is not None and st.route != route:
                 continue
             rs = self._state(st.route)
+            rs.unreadable.pop(st.worker, None)
             if st.plan is not None and (rs.plan is None or st.plan.epoch > rs.plan.epoch):
                 rs.plan = st.plan
             if isinstance(st, PlanRejectedEvent):
@@ -324,7 +343,7 @@ class StateReader:
             v = RouteView(r, plan=st.plan, control_epoch=st.control_epoch,
                           num_partitions=self.t.routes.get(r), workers=dict(st.workers),
                           rejections=list(st.rejections), rollout=st.rollout,
-                          rollout_log=list(st.rollout_log))
+                          rollout_log=list(st.rollout_log), unreadable=dict(st.unreadable))
             views[r] = v
             for w in v.workers.values():
                 if w.num_partitions and not v.num_partitions:

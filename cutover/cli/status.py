@@ -32,6 +32,7 @@ def _merged_json(v: RouteView) -> dict[str, Any]:
         "plan": v.plan.model_dump(mode="json") if v.plan else None,
         "last_rejection": v.rejections[-1].model_dump(mode="json") if v.rejections else None,
         "rollout": v.rollout.model_dump(mode="json") if v.rollout else None,
+        "unreadable_status": dict(sorted(v.unreadable.items())),
     }
 
 
@@ -59,6 +60,9 @@ def _print_table(v: RouteView) -> None:
         print(f"  waiting on: {tr.describe_holdups()}")
     if v.rollout is not None:
         print(f"  {describe_rollout(v.rollout, utcnow())}")
+    note = v.unreadable_note()
+    if note is not None:
+        print(f"  warning: {note}")
     versions = sorted({ver for ps, *_ in v.partitions.values() for ver in ps.watermarks})
     head = (f"  {'part':>4} {'worker':<18} {'epoch':>5} {'boundary':>15} {'horizon':>15} "
             f"{'held':>6} ") + " ".join(
@@ -92,8 +96,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     t = connect(args)
     with broker_errors():
         views = read_views(t, args.route)
+    for v in views.values():
+        note = v.unreadable_note()
+        if note is not None and args.json:
+            print(f"route {v.route}: warning: {note}", file=sys.stderr)
     if args.route and args.route in views and not views[args.route].workers \
-            and views[args.route].plan is None:
+            and views[args.route].plan is None and not views[args.route].unreadable:
         raise CliError(f"no plan and no status for route {args.route!r}; check the route name "
                        "and that a router is running")
     if args.json:
@@ -134,6 +142,9 @@ def _wait_loop(args: argparse.Namespace, reader: StateReader, want: TransitionSt
         if time.monotonic() >= deadline:
             print(f"route {args.route}: still {last.state.value} after {args.timeout}: "
                   f"{last.describe_holdups() or 'no router status yet'}", file=sys.stderr)
+            note = v.unreadable_note()
+            if note is not None:
+                print(f"route {args.route}: {note}", file=sys.stderr)
             return 4
         time.sleep(min(args.interval, max(deadline - time.monotonic(), 0.05)))
 

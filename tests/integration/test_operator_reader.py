@@ -3,6 +3,7 @@ the current state, the whole topic when it does not, and incremental reads for `
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -70,3 +71,44 @@ def test_an_open_reader_sees_new_status_incrementally(bootstrap: str,
         prod.produce(t.status_topic, _status("a", {0: 5, 1: 7}, 1), b"r")
         prod.flush(10)
         assert reader.refresh()["r"].max_horizon() == 7
+
+
+def test_a_status_this_version_cannot_read_is_named_not_dropped(
+        bootstrap: str, topic_factory: Callable[..., str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker newer than the CLI writes a status field the CLI does not know (status
+    messages are strict). The CLI keeps the worker's last readable status, names the worker
+    and the field, and says to upgrade; a readable status from it clears the warning."""
+    from cutover.cli import main as cutover_main
+
+    t, prod = _setup(bootstrap, topic_factory)
+    prod.produce(t.control_topic, PLAN.to_json(), b"r")
+    prod.produce(t.status_topic, _status("a", {0: 10, 1: 11}, 0), b"r")
+    newer = json.loads(_status("a", {0: 20, 1: 21}, 1))
+    newer["partitions"]["0"]["lease_ms"] = 5000
+    prod.produce(t.status_topic, json.dumps(newer).encode(), b"r")
+    prod.produce(t.status_topic, json.dumps({"event": "lease", "route": "r", "worker": "z"})
+                 .encode(), b"r")
+    prod.produce(t.status_topic, b"not json", b"r")   # not a status at all: skipped, as before
+    prod.flush(10)
+    with StateReader(t, "r") as reader:
+        v = reader.refresh()["r"]
+        assert v.unreadable == {
+            "a": "field 'partitions.0.lease_ms' is not known to this version of cutover",
+            "z": "event 'lease' is not known to this version of cutover"}
+        assert v.max_horizon() == 11   # a's last readable status, not the one it cannot read
+        args = ["status", "--bootstrap", bootstrap, "--control-topic", t.control_topic,
+                "--status-topic", t.status_topic, "--route", "r"]
+        assert cutover_main(args) == 0
+        out = capsys.readouterr().out
+        assert "warning: cannot read the newest status of 2 worker(s) (a: field " \
+               "'partitions.0.lease_ms' is not known" in out
+        assert "upgrade it to the workers' version" in out
+        assert cutover_main([*args, "--json"]) == 0
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["r"]["unreadable_status"]["z"].startswith("event 'lease'")
+        assert "route r: warning: cannot read the newest status" in captured.err
+        prod.produce(t.status_topic, _status("a", {0: 30, 1: 31}, 2), b"r")
+        prod.flush(10)
+        v = reader.refresh()["r"]
+        assert set(v.unreadable) == {"z"} and v.max_horizon() == 31

@@ -7,8 +7,8 @@ the loop is plain confluent-kafka, owned by a Faust service (router.app).
 Per batch, in this order (the durability argument of DESIGN.md rests on it):
 
 1. consume up to ``BATCH`` records; rebalance callbacks run only here, between batches, so a
-   revoked partition never has undelivered output (taking a partition over:
-   router.takeover);
+   revoked partition never has undelivered output (the callbacks: router.assignment; taking
+   a partition over: router.takeover);
 2. decide every record with its partition's :class:`PartitionRouter`; apply new plans to every
    owned partition; queue the output (router.output_writer);
 3. (steps 3 to 5: router.batch_end) write each changed partition's :class:`Checkpoint`
@@ -40,13 +40,14 @@ import os
 import socket
 import threading
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
+from router.assignment import Assignment
 from router.batch_end import BatchEnd
-from router.checkpoint import checkpoint_topic, read_checkpoints
+from router.checkpoint import checkpoint_topic
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
@@ -59,17 +60,14 @@ from router.kafka_io import (
     client_conf,
     data_consumer_conf,
     wait_for_broker,
-    wait_stable,
 )
 from router.output_writer import OutputWriter
 from router.ownership import PollClock
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import PartitionView, StatusBoard
-from router.takeover import take_over
 from router.topics import check_routes, ensure_checkpoint_topic
 from router.transactions import (
     Failed,
-    PartitionKey,
     PartitionTransactions,
     transactions_on,
 )
@@ -109,7 +107,7 @@ class DataPath:
         self._writer: OutputWriter | None = None
         self._txn: PartitionTransactions | None = None
         self._control: ControlReader | None = None
-        self._by_tp: dict[tuple[str, int], Owned] = {}
+        self._parts: Assignment | None = None
         self._fenced = False   # this batch's outputs checked for another writer's records
         self._end: BatchEnd | None = None
 
@@ -145,6 +143,8 @@ class DataPath:
                                      **{"group.id": f"{self.settings.group_id}.probe",
                                         "enable.auto.commit": False}))
         self._writer = OutputWriter(conf, self._producer, probe)
+        self._parts = Assignment(self.settings, self.routes, self.topic_route, self.book.plans,
+                                 self.ckpt_topic, self._txn, self.board, self.owned)
         self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
                              self.ckpt_topic, self.worker_id, self.clock,
                              self._current_consumer, self._recover)
@@ -163,8 +163,10 @@ class DataPath:
         conf = data_consumer_conf(self.settings, self.instance_id)
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
         self._consumer = Consumer(conf)
-        self._consumer.subscribe(sorted(self.topic_route), on_assign=self._on_assign,
-                                 on_revoke=self._on_revoke, on_lost=self._on_lost)
+        assert self._parts is not None
+        parts = self._parts
+        self._consumer.subscribe(sorted(self.topic_route), on_assign=parts.on_assign,
+                                 on_revoke=parts.on_revoke, on_lost=parts.on_lost)
 
     def _current_consumer(self) -> Consumer:
         assert self._consumer is not None
@@ -203,78 +205,6 @@ class DataPath:
         except BufferError:
             log.warning("status not published: producer queue full")
 
-    # -- rebalance --------------------------------------------------------------------------
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._drop({(self.topic_route[tp.topic].settings.name, tp.partition)
-                    for tp in partitions if tp.topic in self.topic_route})
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost (session expired): %s",
-                    [f"{tp.topic}:{tp.partition}" for tp in partitions])
-        self._on_revoke(consumer, partitions)
-
-    def _drop(self, keys: set[tuple[str, int]]) -> None:
-        for key in keys:
-            owned = self.owned.pop(key, None)
-            if owned is not None:
-                owned.store.close()
-        if self._txn is not None:
-            self._txn.drop(keys)
-        self._index()
-        if keys:
-            self.board.changed = True
-            log.info("released partitions %s", sorted(keys))
-
-    def _index(self) -> None:
-        """(raw topic, partition) -> owned partition, for the per-record path."""
-        self._by_tp = {(t, p): o for (_, p), o in self.owned.items()
-                       for t in o.route.settings.inputs}
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
-                       for tp in partitions if tp.topic in self.topic_route})
-        self.owned.update(self._resume([k for k in keys if k not in self.owned]))
-        assign = []
-        for tp in partitions:
-            rt = self.topic_route.get(tp.topic)
-            if rt is None:
-                continue
-            owned = self.owned[(rt.settings.name, tp.partition)]
-            assign.append(TopicPartition(tp.topic, tp.partition,
-                                         owned.durability.next_offsets.get(tp.topic, 0)))
-        consumer.assign(assign)
-        self._index()
-        self.board.changed = True
-        log.info("took over partitions %s", keys)
-
-    def _resume(self, keys: list[PartitionKey]) -> dict[PartitionKey, Owned]:
-        """Take partitions over from their newest checkpoints (router.takeover). With
-        transactions, first start their producers, which aborts and fences the previous
-        owners' open transactions, and let other open transactions on the checkpoint topic
-        end, so that the newest committed checkpoint is the one read."""
-        if not keys:
-            return {}
-        conf = client_conf(self.settings)
-        if self._txn is not None:
-            self._txn.take(keys)
-            if not wait_stable(conf, self.ckpt_topic):
-                log.warning("checkpoint topic %s: a transaction stayed open; resuming from the "
-                            "newest checkpoint before it (more is replayed, nothing is lost)",
-                            self.ckpt_topic)
-        ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
-        return take_over(conf, self.routes, self.book.plans, {k: ckpts.get(k) for k in keys},
-                         self.settings.state_dir, self._low_offset)
-
-    def _low_offset(self, topic: str, partition: int) -> int:
-        assert self._consumer is not None
-        try:
-            low, _ = self._consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                          timeout=10)
-            return max(int(low), 0)
-        except KafkaException:
-            return 0
-
     # -- the loop ---------------------------------------------------------------------------
 
     def step(self) -> None:
@@ -302,7 +232,8 @@ class DataPath:
         built for a suppressed record, a forward queued inline): it is most of the router's
         CPU time. Anything else (heartbeats, headers not in the tagger's data layout, shadow
         copies, dead letters, duplicates, releases) takes the general path, :meth:`_observe`."""
-        by_tp = self._by_tp
+        assert self._parts is not None
+        by_tp = self._parts.by_tp
         forward = Outcome.FORWARD
         assert self._writer is not None
         send: Forward = self._writer.forward
@@ -455,27 +386,15 @@ class DataPath:
         """After a failed batch: a fenced producer means a newer owner has the partition, so
         give up every partition and rejoin the group (the group says who owns what); aborted
         partitions are taken over again from their checkpoints and replayed."""
-        assert self._consumer is not None
-        aborted = failed.aborted
+        assert self._consumer is not None and self._parts is not None
         if failed.fenced:
             log.error("partitions %s have a newer owner (producer fenced): giving up this "
                       "worker's partitions and rejoining the group", sorted(failed.fenced))
             self._consumer.close()
-            self._drop(set(self.owned))
+            self._parts.drop(set(self.owned))
             self._join()
             return
-        if not aborted:
-            return
-        for key in aborted:
-            owned = self.owned.pop(key, None)
-            if owned is not None:
-                owned.store.close()  # its unflushed identities are the aborted batch's
-        fresh = self._resume(sorted(aborted))
-        self.owned.update(fresh)
-        for (_, p), owned in fresh.items():
-            for t in owned.route.settings.inputs:
-                self._consumer.seek(TopicPartition(t, p, owned.durability.next_offsets[t]))
-        self._index()
-        self.board.changed = True
-        log.warning("partitions %s: batch aborted; replaying from their checkpoints",
-                    sorted(aborted))
+        if failed.aborted:
+            self._parts.retake(self._consumer, set(failed.aborted))
+            log.warning("partitions %s: batch aborted; replaying from their checkpoints",
+                        sorted(failed.aborted))

@@ -110,7 +110,10 @@ class Driver:
                     if r.abort_requested and r.claim == rec.claim and rec.rollback is None:
                         rec = self._handle(rec, AbortRequested(r.abort_requested), utcnow())
                         break
+                acted = rec
                 rec = self._handle(rec, self._compare_event(), utcnow())
+                if rec is not acted:  # it may have published a plan: look again after it
+                    view = self._refresh()
                 obs = self._observe(view, rec)
                 rec = self._handle(rec, Tick(obs), obs.now)
                 self.view.update(rec, obs, self._forwarded())

@@ -298,9 +298,11 @@ def _foreign_plan(rec: RolloutRecord, plan: CutoverPlan | None) -> str | None:
     if rec.phase is Phase.SWITCHING and plan is not None and _is_switch(rec, plan):
         return None
     expected = rec.switch_epoch if rec.phase is Phase.DRAINING else rec.base_plan.epoch
-    if plan is not None and plan.epoch == expected:
+    if plan is None or expected is None or plan.epoch <= expected:
+        # An older epoch (or none) is a read from before the rollout's own plan: epochs only
+        # grow (routers reject a lower one), so nobody can have replaced it with that.
         return None
-    got = f"epoch {plan.epoch} by {plan.issued_by or 'unknown'}" if plan else "no plan"
+    got = f"epoch {plan.epoch} by {plan.issued_by or 'unknown'}"
     return (f"the route's plan changed under the rollout (expected epoch {expected}, found "
             f"{got}); the rollout stops here and leaves both versions running: check the plan "
             f"with `cutover plan show --route {rec.route}`")

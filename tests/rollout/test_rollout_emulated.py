@@ -61,6 +61,29 @@ def test_rollout_switches_tears_down_and_is_done_with_every_record_once(
     assert versions["blue"] > 0 and versions["green"] > 0
 
 
+def test_a_comparison_within_the_limit_switches_and_finishes(route: RolloutRoute) -> None:
+    """The comparison ends and the switch is published in the same round of the driver; the
+    route's state it then looks at must be read after the switch, not before (a state read
+    before it shows the old plan, which once failed every compared rollout as a plan changed
+    under it)."""
+    run = route.rollout(*rollout_args(route, "--compare", "--compare-for", "4s",
+                                      "--max-diff", "20%", green=("--change-every", "10")))
+    assert route.wait_exit(run, 120) == 0, run.tail(40)
+    text = run.text()
+    assert "COMPARING ended" in text and "done in" in text and "Traceback" not in text, text
+    final = route.journal()[-1]
+    assert final.phase is Phase.DONE, final
+    assert [s.phase for s in final.phases] == [Phase.STARTING_NEW, Phase.CATCHING_UP,
+                                               Phase.COMPARING, Phase.SWITCHING,
+                                               Phase.DRAINING, Phase.TEARING_DOWN,
+                                               Phase.SOAKING]
+    assert final.compare is not None and final.compare.passed
+    assert final.switch_boundary is not None
+    boundary = final.switch_boundary
+    versions = check_output(route, lambda p, t: "green" if t >= boundary else "blue")
+    assert versions["blue"] > 0 and versions["green"] > 0
+
+
 def test_a_comparison_over_the_limit_rolls_back_before_anything_is_switched(
         route: RolloutRoute) -> None:
     run = route.rollout(*rollout_args(route, "--compare", "--compare-for", "4s",

@@ -229,6 +229,16 @@ def test_a_plan_changed_by_someone_else_stops_the_rollout() -> None:
     assert s.record.phase is Phase.FAILED
 
 
+
+def test_a_state_read_before_the_rollout_s_own_plan_is_not_a_foreign_plan() -> None:
+    """Epochs only grow: an older plan (or none) seen while draining is a read from before
+    the switch was published, not a change by someone else; the rollout waits for the next."""
+    for plan in (BASE, None):
+        s = tick(record(Phase.DRAINING), *CAUGHT_UP, plan=plan)
+        assert s.record.phase is Phase.DRAINING and s.actions == (), plan
+    s = tick(record(Phase.CATCHING_UP), *CAUGHT_UP, plan=None)
+    assert s.record.phase is not Phase.FAILED
+
 # -- TEARING_DOWN, SOAKING, DONE ----------------------------------------------------------------
 
 

@@ -130,7 +130,10 @@ class Demo:
         rc = self.rollout("--to", "v3", "--start", shlex.join(self.job(
             "v3", "windowed_totals_stuck.py", "--stall-file", str(stuck))),
             "--stop-old", f"kill -TERM -{green.new_process.pid}", "--catch-up-lag", "60s",
-            "--deadline", "100s", "--soak", "5s")
+            # The boundary two minutes of event time ahead (~10 s here): v3 hangs before its
+            # watermark reaches it. With the default 10 s (~1 s here) v3 could pass the
+            # boundary, and green be cleared, before the hang was set off.
+            "--margin", "120s", "--deadline", "100s", "--soak", "5s")
         self.story.rollouts.append((started, time.time()))
         if rc != 1:
             raise CliError(f"the rollout to v3 was meant to roll back, it exited {rc}", 1)
@@ -152,7 +155,7 @@ class Demo:
                     say("v3 is now primary for new event times; the demo makes it hang, as a "
                         "job stuck on a call to a service that never answers")
                     return
-                time.sleep(1)
+                time.sleep(0.25)
         finally:
             route.close()
 

@@ -106,14 +106,14 @@ class Driver:
                            else "another run")
                     raise Superseded(f"{who} took this rollout over; this run stops without "
                                      "acting")
+                read = rec
                 for r in view.rollout_log:
                     if r.abort_requested and r.claim == rec.claim and rec.rollback is None:
                         rec = self._handle(rec, AbortRequested(r.abort_requested), utcnow())
                         break
-                acted = rec
                 rec = self._handle(rec, self._compare_event(), utcnow())
-                if rec is not acted:  # it may have published a plan: look again after it
-                    view = self._refresh()
+                if rec is not read:  # an abort or a comparison's end may have published a
+                    view = self._refresh()  # plan: the tick looks at the state after it
                 obs = self._observe(view, rec)
                 rec = self._handle(rec, Tick(obs), obs.now)
                 self.view.update(rec, obs, self._forwarded())

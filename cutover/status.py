@@ -157,3 +157,20 @@ def unreadable_status(raw: bytes, exc: ValidationError) -> UnreadableStatus | No
     else:
         reason = f"{where}: {first['msg']}"
     return UnreadableStatus(route, worker, reason)
+
+
+def read_status(raw: bytes) -> RouteStatus | PlanRejectedEvent | UnreadableStatus | None:
+    """``raw`` read as a status message: the message, or an :class:`UnreadableStatus` for a
+    worker's message this version cannot read, or None for anything that is not a worker's
+    status at all (so a reader skips it).
+
+    Every reader of the status topic (the operator's view, a router recovering its plans) must
+    tell these three apart the same way: a worker newer than the reader is worth naming, since
+    its plan is not used, while garbage on the topic is not. One function keeps them from
+    drifting apart; what to do with an unreadable worker (count it, log it) stays the caller's."""
+    try:
+        return parse_status(raw)
+    except ValidationError as exc:
+        return unreadable_status(raw, exc)
+    except ValueError:
+        return None

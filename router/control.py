@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from pydantic import ValidationError
 
 from cutover.plan import CutoverPlan, PlanBook, PlanRejected, parse_plan
 from cutover.settings import RouterSettings
-from cutover.status import parse_status, unreadable_status
+from cutover.status import UnreadableStatus, read_status
 from router.kafka_io import partitions_of, read_to_end, reader_conf
 
 log = logging.getLogger("cutover.router")
@@ -132,14 +131,12 @@ def recover_plans(conf: dict[str, Any], settings: RouterSettings,
     for msg in read_to_end(conf, settings.status_topic):
         if msg.key() is None or msg.value() is None:
             continue
-        try:
-            status = parse_status(msg.value())
-        except ValidationError as exc:
-            bad = unreadable_status(msg.value(), exc)
-            if bad is not None and bad.route in routes:
-                unreadable[bad.worker] = bad.reason
+        status = read_status(msg.value())
+        if status is None:
             continue
-        except ValueError:
+        if isinstance(status, UnreadableStatus):
+            if status.route in routes:
+                unreadable[status.worker] = status.reason
             continue
         plan = status.plan
         if plan is None or plan.route not in routes:

@@ -31,8 +31,8 @@ from cutover.status import (
     PlanRejectedEvent,
     RouteStatus,
     Transition,
-    parse_status,
-    unreadable_status,
+    UnreadableStatus,
+    read_status,
 )
 from router.kafka_io import (
     AccessDenied,
@@ -296,14 +296,12 @@ class StateReader:
                         rs.rollout = rec
                         rs.rollout_log.append(rec)
                 continue
-            try:
-                st = parse_status(msg.value())
-            except ValidationError as exc:
-                bad = unreadable_status(msg.value(), exc)
-                if bad is not None and (route is None or bad.route == route):
-                    self._state(bad.route).unreadable[bad.worker] = bad.reason
+            st = read_status(msg.value())
+            if st is None:
                 continue
-            except ValueError:
+            if isinstance(st, UnreadableStatus):
+                if route is None or st.route == route:
+                    self._state(st.route).unreadable[st.worker] = st.reason
                 continue
             if route is not None and st.route != route:
                 continue

@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
+from router import compiled
 from router.assignment import Assignment
 from router.batch_end import BatchEnd
 from router.checkpoint import checkpoint_topic
@@ -54,7 +55,7 @@ from router.durability import Headers, Ref
 from router.errors import RouterError
 from router.gc_pause import batch_gc_pause
 from router.held_reads import read_before, rewind_if_changed
-from router.inline_output import Forward
+from router.inline_output import Forward, InlineStream
 from router.kafka_io import (
     BrokerUnavailable,
     client_conf,
@@ -110,6 +111,9 @@ class DataPath:
         self._parts: Assignment | None = None
         self._fenced = False   # this batch's outputs checked for another writer's records
         self._end: BatchEnd | None = None
+        # The per-record path: compiled where it can (router.compiled), else interpreted.
+        self._handle = self._handle_compiled if compiled.enabled() else self._handle_all
+        self._runs: dict[tuple[str, int], compiled.Run | None] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -150,8 +154,9 @@ class DataPath:
                              self._current_consumer, self._recover)
         self._join()
         self.ready.set()
-        log.info("router worker %s started: routes %s, transactions %s", self.worker_id,
-                 sorted(self.routes), "on" if self._txn is not None else "off")
+        log.info("router worker %s started: routes %s, transactions %s, per-record path %s",
+                 self.worker_id, sorted(self.routes), "on" if self._txn is not None else "off",
+                 compiled.path_name())
         try:
             while not self.stop_event.is_set():
                 self.step()
@@ -213,7 +218,7 @@ class DataPath:
         self.clock.polled()
         with batch_gc_pause():
             if msgs:
-                self._handle_all(msgs)
+                self._handle(msgs)
             for owned in self.owned.values():
                 if owned.bound.pending:
                     self._apply_pending(owned)
@@ -281,17 +286,60 @@ class DataPath:
                 d.record.ref = Ref(topic, off, headers, dur.out_pos)
                 self._act(owned, [d])
 
+    def _handle_compiled(self, msgs: list[Message]) -> None:
+        """Decide a consumed batch with the compiled path (router.compiled): it takes each
+        partition's stretch of records as far as they are the common case, and every record
+        it leaves (and every stretch it cannot serve) is decided by :meth:`_handle_all`."""
+        runs = self._runs
+        runs.clear()
+        i, n = 0, len(msgs)
+        while i < n:
+            run = self._run_at(msgs[i])
+            j = run.scan(msgs, i) if run is not None else -1
+            if j < 0:
+                j = compiled.stretch_end(msgs, i)
+            elif j == i:
+                j = i + 1
+            else:
+                i = j
+                continue
+            self._handle_all(msgs[i:j])
+            i = j
+
+    def _run_at(self, msg: Message) -> compiled.Run | None:
+        """The compiled run of ``msg``'s partition in this batch; None where the interpreted
+        path decides it (an error, a partition not owned, a route with a shadow topic)."""
+        if msg.error() is not None:
+            return None
+        tp = (msg.topic(), msg.partition())
+        if tp in self._runs:
+            return self._runs[tp]
+        assert self._parts is not None and self._writer is not None
+        owned = self._parts.by_tp.get(tp)
+        run = None
+        if owned is not None and owned.route.settings.shadow is None:
+            run = compiled.make_run(owned, tp[0], self._stream(owned, False),
+                                    self._writer.queue)
+        self._runs[tp] = run
+        return run
+
     def _sender(self, owned: Owned, general: bool) -> Forward:
         """How a run of ``owned``'s records sends its forwards: with transactions, produced
-        as decided (router.inline_output), else queued for the batch's end. Called before
-        the partition's first record of the batch is decided, so that nothing of the
-        partition is queued yet when its stream opens. The first stream of a batch checks
-        ownership and the end of every owned output partition (the checks before producing a
-        queued batch), in one request."""
+        as decided (router.inline_output), else queued for the batch's end."""
+        assert self._writer is not None
+        stream = self._stream(owned, general)
+        return stream.send if stream is not None and stream.live else self._writer.forward
+
+    def _stream(self, owned: Owned, general: bool) -> InlineStream | None:
+        """``owned``'s output stream of this batch (transactions, and not ``general``), or
+        None. Called before the partition's first record of the batch is decided, so that
+        nothing of the partition is queued yet when its stream opens. The first stream of a
+        batch checks ownership and the end of every owned output partition (the checks before
+        producing a queued batch), in one request."""
         writer, txn = self._writer, self._txn
         assert writer is not None
         if txn is None or general:
-            return writer.forward
+            return None
         key = (owned.route.settings.name, owned.partition)
         stream = writer.streams.get((owned.route.settings.output, owned.partition))
         if stream is None:
@@ -308,7 +356,7 @@ class DataPath:
                             key[0], key[1], exc)  # which meets the problem and aborts
                 stream = writer.open_stream(owned, txn.producers[key])
                 stream.stop()
-        return stream.send if stream.live else writer.forward
+        return stream
 
     def _observe(self, owned: Owned, msg: Message, topic: str, off: int,
                  headers: Headers | None) -> None:

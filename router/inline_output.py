@@ -74,11 +74,17 @@ class InlineStream:
             except BufferError:
                 producer.poll(0.05)
             except KafkaException as exc:
-                log.warning("output %s:%d: %s; the batch's remaining output is produced at its "
-                            "end", self.output, p, exc)
-                self.writer.queue.append(held)
-                self.stop()
+                self.failed(held, exc)
                 return
+
+    def failed(self, held: Queued, exc: KafkaException) -> None:
+        """Producing ``held`` failed: queue it, and stop the stream (its later forwards are
+        queued too); the batch's end meets the error where it aborts the batch. Also called by
+        the compiled path (router.compiled)."""
+        log.warning("output %s:%d: %s; the batch's remaining output is produced at its end",
+                    self.output, held[1], exc)
+        self.writer.queue.append(held)
+        self.stop()
 
     def stop(self) -> None:
         """Queue the held-back record; the partition's later forwards are queued after it."""

@@ -1,0 +1,903 @@
+/* The router's per-record path for the common case, compiled: a run of one raw partition's
+ * well-formed data records, each suppressed (not the primary for its event time) or forwarded
+ * (the primary's, new to the dedup store). It is router.datapath.DataPath._handle_all's loop,
+ * PartitionRouter.suppresses/decide's two common branches, DedupStore.__contains__/add and
+ * InlineStream.send / OutputWriter.forward, written over the same Python objects: it reads the
+ * partition's rule state from them when a run starts and writes it back when it ends.
+ *
+ * Anything else it leaves to the interpreted path and stops the run there, before it changed
+ * anything for that record: another partition, an error, headers not in the tagger's data
+ * layout (heartbeats included), no plan yet, a record the ordered handover holds, a poison
+ * timestamp, one older than the dedup retention, an identity the filter or the batch's pending
+ * identities may have seen (a duplicate, or a RocksDB read), an identity that cannot be
+ * computed. The caller (router.compiled) decides that record interpreted and starts the next
+ * run after it. The rule therefore has one definition, the Python one; this file is a faster
+ * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
+ * records (generated) and compares every output and every piece of state. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "_blake2b.h"
+
+#define MASK_COUNT 4096
+#define MAX_BOUNDS 64
+#define MAX_LIVE 8
+
+static uint64_t masks[MASK_COUNT];
+static int mask_hi_shift = 52;
+static int configured = 0;
+static PyObject *known_versions;        /* cutover.headers._known_versions: bytes -> str */
+static PyObject *record_identity;       /* router.identity.record_identity */
+static PyObject *kafka_exception;       /* confluent_kafka.KafkaException */
+static PyObject *envelope_names;        /* frozenset of the tagger's header names */
+static PyObject *h_version, *h_event_time, *h_watermark, *h_batch, *h_src;
+static PyObject *poll_timeout;          /* 0.05: as InlineStream.send waits on a full queue */
+
+static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_timestamp, *s_key,
+    *s_value, *s_produce, *s_poll, *s_failed, *s_topics, *s_primaries, *s_bounds,
+    *s_tolerance, *s_horizon, *s_retention, *s_ordered, *s_closed_upto, *s_counters,
+    *s_suppressed, *s_forwarded, *s_pending, *s_live, *s_imask, *s_skip, *s_next_offsets,
+    *s_dirty, *s_undelivered, *s_out_pos, *s_queued, *s_live_flag, *s_held, *s_producer,
+    *s_kwnames;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *router;      /* router.decision.PartitionRouter */
+    PyObject *store;       /* router.dedup_store.DedupStore */
+    PyObject *dur;         /* router.durability.Durability */
+    PyObject *bound;       /* router.held_bound.HeldBound */
+    PyObject *identity;    /* the route's identity function */
+    PyObject *topic;       /* the raw topic (str) */
+    PyObject *output;      /* the output topic (str) */
+    PyObject *stream;      /* router.inline_output.InlineStream or None */
+    PyObject *queue;       /* the batch's OutputWriter.queue (list) */
+    PyObject *partition_obj;
+    long partition;
+    char src_prefix[320];  /* "topic:partition:" */
+    Py_ssize_t src_prefix_len;
+} RunObject;
+
+/* What one scan reads from the Python objects when it starts, and writes back when it ends. */
+typedef struct {
+    PyObject *prims;       /* tuple of str */
+    Py_ssize_t nprims;
+    int64_t bounds[MAX_BOUNDS];
+    Py_ssize_t nb;
+    int has_tol;
+    int64_t tol;
+    int has_h, h_changed;
+    int64_t h;
+    int64_t retention;
+    int ordered;
+    Py_ssize_t closed_upto;
+    PyObject *counters, *suppressed, *pending, *skip;
+    Py_buffer live[MAX_LIVE];
+    int nlive;
+    uint64_t imask;
+    /* results */
+    int consumed;
+    int64_t last_off;
+    Py_ssize_t nfwd, nsent;
+    int64_t first_sent;
+    PyObject *sup_version;  /* borrowed from known_versions (kept alive by it) */
+    Py_ssize_t sup_count;
+    int stream_mode;
+    PyObject *producer;
+    PyObject *held;         /* the stream's held-back forward (new ref) or NULL */
+} Scan;
+
+static PyObject *call0(PyObject *obj, PyObject *name) {
+    return PyObject_CallMethodNoArgs(obj, name);
+}
+
+/* -1 on error, 0 when the value does not fit (the caller declines), 1 on success */
+static int get_i64(PyObject *obj, PyObject *name, int64_t *out, int *is_none) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    if (v == Py_None) {
+        Py_DECREF(v);
+        if (is_none) {
+            *is_none = 1;
+            return 1;
+        }
+        return 0;
+    }
+    if (is_none) *is_none = 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow) return 0;
+    *out = (int64_t)x;
+    return 1;
+}
+
+static void scan_release(Scan *s) {
+    for (int k = 0; k < s->nlive; k++) PyBuffer_Release(&s->live[k]);
+    s->nlive = 0;
+    Py_CLEAR(s->prims);
+    Py_CLEAR(s->counters);
+    Py_CLEAR(s->suppressed);
+    Py_CLEAR(s->pending);
+    Py_CLEAR(s->skip);
+    Py_CLEAR(s->producer);
+    Py_CLEAR(s->held);
+}
+
+/* -1 error, 0 this run cannot be served (decline), 1 loaded */
+static int scan_load(RunObject *self, Scan *s) {
+    PyObject *v;
+    int none, rc;
+    /* a partition paused over max_held or re-reading: the interpreted path (router.held_reads) */
+    v = PyObject_GetAttr(self->bound, s_topics);
+    if (v == NULL) return -1;
+    rc = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+
+    s->prims = PyObject_GetAttr(self->router, s_primaries);
+    if (s->prims == NULL) return -1;
+    if (!PyTuple_Check(s->prims)) return 0;
+    s->nprims = PyTuple_GET_SIZE(s->prims);
+    if (s->nprims == 0) return 0;  /* no plan yet: every record is held */
+    v = PyObject_GetAttr(self->router, s_bounds);
+    if (v == NULL) return -1;
+    if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) > MAX_BOUNDS
+        || PyTuple_GET_SIZE(v) != s->nprims - 1) {
+        Py_DECREF(v);
+        return 0;
+    }
+    s->nb = PyTuple_GET_SIZE(v);
+    for (Py_ssize_t k = 0; k < s->nb; k++) {
+        int overflow = 0;
+        long long b = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(v, k), &overflow);
+        if (b == -1 && PyErr_Occurred()) {
+            Py_DECREF(v);
+            return -1;
+        }
+        if (overflow) {
+            Py_DECREF(v);
+            return 0;
+        }
+        s->bounds[k] = b;
+    }
+    Py_DECREF(v);
+    rc = get_i64(self->router, s_tolerance, &s->tol, NULL);
+    if (rc < 0) return -1;
+    if (rc == 0) {  /* too large for 64 bits: no limit, unless negative (then decline) */
+        v = PyObject_GetAttr(self->router, s_tolerance);
+        if (v == NULL) return -1;
+        PyObject *zero = PyLong_FromLong(0);
+        int neg = zero == NULL ? -1 : PyObject_RichCompareBool(v, zero, Py_LT);
+        Py_XDECREF(zero);
+        Py_DECREF(v);
+        if (neg != 0) return neg < 0 ? -1 : 0;
+        s->has_tol = 0;
+    } else {
+        if (s->tol < 0) return 0;
+        s->has_tol = 1;
+    }
+    rc = get_i64(self->router, s_horizon, &s->h, &none);
+    if (rc <= 0) return rc;
+    s->has_h = !none;
+    rc = get_i64(self->router, s_retention, &s->retention, NULL);
+    if (rc <= 0) return rc;
+    v = PyObject_GetAttr(self->router, s_ordered);
+    if (v == NULL) return -1;
+    s->ordered = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (s->ordered < 0) return -1;
+    int64_t cu;
+    rc = get_i64(self->router, s_closed_upto, &cu, NULL);
+    if (rc <= 0) return rc;
+    s->closed_upto = (Py_ssize_t)cu;
+    s->counters = PyObject_GetAttr(self->router, s_counters);
+    if (s->counters == NULL) return -1;
+    s->suppressed = PyObject_GetAttr(s->counters, s_suppressed);
+    if (s->suppressed == NULL) return -1;
+    if (!PyDict_Check(s->suppressed)) return 0;
+
+    /* the dedup store: its batch of pending identities and its live filter buckets */
+    s->pending = PyObject_GetAttr(self->store, s_pending);
+    if (s->pending == NULL) return -1;
+    if (!PyDict_Check(s->pending)) return 0;
+    int64_t imask;
+    rc = get_i64(self->store, s_imask, &imask, NULL);
+    if (rc <= 0) return rc;
+    s->imask = (uint64_t)imask;
+    v = PyObject_GetAttr(self->store, s_live);
+    if (v == NULL) return -1;
+    if (!PyList_Check(v) || PyList_GET_SIZE(v) > MAX_LIVE) {
+        Py_DECREF(v);
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(v); k++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(v, k), &s->live[k], PyBUF_SIMPLE) < 0) {
+            Py_DECREF(v);
+            return -1;
+        }
+        s->nlive++;
+        if (s->live[k].len != (Py_ssize_t)(8 * (imask + 1))) {
+            Py_DECREF(v);
+            return 0;
+        }
+    }
+    Py_DECREF(v);
+
+    s->skip = PyObject_GetAttr(self->dur, s_skip);
+    if (s->skip == NULL) return -1;
+    if (!PyAnySet_Check(s->skip)) return 0;
+
+    /* how forwards leave: produced into the partition's transaction, or queued */
+    s->stream_mode = 0;
+    if (self->stream != Py_None) {
+        v = PyObject_GetAttr(self->stream, s_live_flag);
+        if (v == NULL) return -1;
+        s->stream_mode = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (s->stream_mode < 0) return -1;
+    }
+    if (s->stream_mode) {
+        /* Already-written records (skip) go through OutputWriter.forward, which stops the
+         * stream: the interpreted path does that, then the next run queues. */
+        if (PySet_GET_SIZE(s->skip) > 0) return 0;
+        s->producer = PyObject_GetAttr(self->stream, s_producer);
+        if (s->producer == NULL) return -1;
+        v = PyObject_GetAttr(self->stream, s_held);
+        if (v == NULL) return -1;
+        if (v == Py_None)
+            Py_DECREF(v);
+        else
+            s->held = v;
+    }
+    return 1;
+}
+
+static int flush_suppressed(Scan *s) {
+    if (s->sup_count == 0) return 0;
+    PyObject *old = PyDict_GetItemWithError(s->suppressed, s->sup_version);
+    if (old == NULL && PyErr_Occurred()) return -1;
+    PyObject *n = PyLong_FromSsize_t(s->sup_count);
+    if (n == NULL) return -1;
+    if (old != NULL) {
+        PyObject *sum = PyNumber_Add(old, n);
+        Py_DECREF(n);
+        if (sum == NULL) return -1;
+        n = sum;
+    }
+    int rc = PyDict_SetItem(s->suppressed, s->sup_version, n);
+    Py_DECREF(n);
+    s->sup_count = 0;
+    return rc;
+}
+
+static int add_to_attr(PyObject *obj, PyObject *name, Py_ssize_t delta) {
+    PyObject *old = PyObject_GetAttr(obj, name);
+    if (old == NULL) return -1;
+    PyObject *d = PyLong_FromSsize_t(delta);
+    if (d == NULL) {
+        Py_DECREF(old);
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(old, d);
+    Py_DECREF(old);
+    Py_DECREF(d);
+    if (sum == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* Write the run's effects back: what the interpreted path did per record, once. */
+static int scan_store(RunObject *self, Scan *s) {
+    int rc = 0;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);  /* keep an error being raised */
+    if (flush_suppressed(s) < 0) rc = -1;
+    if (s->h_changed) {
+        PyObject *h = PyLong_FromLongLong(s->h);
+        if (h == NULL || PyObject_SetAttr(self->router, s_horizon, h) < 0) rc = -1;
+        Py_XDECREF(h);
+    }
+    if (s->nfwd && add_to_attr(s->counters, s_forwarded, s->nfwd) < 0) rc = -1;
+    if (s->consumed) {
+        PyObject *offsets = PyObject_GetAttr(self->dur, s_next_offsets);
+        PyObject *next = PyLong_FromLongLong(s->last_off + 1);
+        if (offsets == NULL || next == NULL || PyObject_SetItem(offsets, self->topic, next) < 0
+            || PyObject_SetAttr(self->dur, s_dirty, Py_True) < 0)
+            rc = -1;
+        Py_XDECREF(offsets);
+        Py_XDECREF(next);
+    }
+    if (s->nsent) {  /* Durability.queue_forward, for the run's forwards at once */
+        PyObject *und = PyObject_GetAttr(self->dur, s_undelivered);
+        if (und == NULL) {
+            rc = -1;
+        } else {
+            PyObject *low = PyDict_GetItemWithError(und, self->topic);
+            int lower = 1;
+            if (low != NULL) {
+                long long l = PyLong_AsLongLong(low);
+                if (l == -1 && PyErr_Occurred())
+                    rc = -1;
+                else
+                    lower = s->first_sent < l;
+            } else if (PyErr_Occurred()) {
+                rc = -1;
+            }
+            if (rc == 0 && lower) {
+                PyObject *f = PyLong_FromLongLong(s->first_sent);
+                if (f == NULL || PyDict_SetItem(und, self->topic, f) < 0) rc = -1;
+                Py_XDECREF(f);
+            }
+            Py_DECREF(und);
+        }
+        if (add_to_attr(self->dur, s_out_pos, s->nsent) < 0) rc = -1;
+        if (add_to_attr(self->dur, s_queued, s->nsent) < 0) rc = -1;
+    }
+    if (s->stream_mode) {
+        if (PyObject_SetAttr(self->stream, s_held, s->held ? s->held : Py_None) < 0) rc = -1;
+    }
+    if (et != NULL) {
+        if (rc < 0) PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* The tagger's data layout (cutover.headers.data_envelope): 1 and (version, t), or 0. */
+static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
+    if (headers == NULL || !PyList_CheckExact(headers)) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(headers);
+    if (n < 4) return 0;
+    PyObject *names[4] = {h_version, h_event_time, h_watermark, h_batch};
+    PyObject *vals[4];
+    for (int k = 0; k < 4; k++) {
+        PyObject *h = PyList_GET_ITEM(headers, n - 4 + k);
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2) return 0;
+        PyObject *name = PyTuple_GET_ITEM(h, 0);
+        if (name != names[k]
+            && (!PyUnicode_CheckExact(name) || PyUnicode_Compare(name, names[k]) != 0))
+            return 0;
+        vals[k] = PyTuple_GET_ITEM(h, 1);
+    }
+    for (int k = 1; k < 4; k++) {
+        PyObject *b = vals[k];
+        if (!PyBytes_CheckExact(b) || PyBytes_GET_SIZE(b) == 0) return 0;
+        const char *p = PyBytes_AS_STRING(b);
+        for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(b); j++)
+            if (p[j] < '0' || p[j] > '9') return 0;
+    }
+    for (Py_ssize_t j = 0; j < n - 4; j++) {
+        PyObject *h = PyList_GET_ITEM(headers, j);
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) < 1) return 0;
+        int in = PySet_Contains(envelope_names, PyTuple_GET_ITEM(h, 0));
+        if (in != 0) {
+            if (in < 0) PyErr_Clear();
+            return 0;
+        }
+    }
+    if (!PyBytes_CheckExact(vals[0])) return 0;
+    PyObject *v = PyDict_GetItemWithError(known_versions, vals[0]);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *raw_t = vals[1];
+    if (PyBytes_GET_SIZE(raw_t) > 18) return 0;  /* int() of more digits: interpreted */
+    const char *p = PyBytes_AS_STRING(raw_t);
+    int64_t x = 0;
+    for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(raw_t); j++) x = x * 10 + (p[j] - '0');
+    *version = v;
+    *t = x;
+    return 1;
+}
+
+static void put_len(b2b_state *st, PyObject *b) {
+    static const uint8_t none[4] = {0xff, 0xff, 0xff, 0xff};
+    if (b == Py_None) {
+        b2b_update(st, none, 4);
+        return;
+    }
+    uint64_t n = (uint64_t)PyBytes_GET_SIZE(b);
+    uint8_t be[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    b2b_update(st, be, 4);
+    b2b_update(st, (const uint8_t *)PyBytes_AS_STRING(b), (size_t)n);
+}
+
+/* router.identity.record_identity; NULL (no error set) when key/value are not bytes/None */
+static PyObject *identity_of_record(PyObject *key, PyObject *value, int64_t t) {
+    if ((key != Py_None && !PyBytes_CheckExact(key))
+        || (value != Py_None && !PyBytes_CheckExact(value)))
+        return NULL;
+    if ((key != Py_None && (uint64_t)PyBytes_GET_SIZE(key) >= (1ULL << 32))
+        || (value != Py_None && (uint64_t)PyBytes_GET_SIZE(value) >= (1ULL << 32)))
+        return NULL;
+    b2b_state st;
+    b2b_init(&st, 16);
+    put_len(&st, key);
+    put_len(&st, value);
+    uint8_t be[8];
+    for (int k = 0; k < 8; k++) be[k] = (uint8_t)((uint64_t)t >> (56 - 8 * k));
+    b2b_update(&st, be, 8);
+    uint8_t out[16];
+    b2b_final(&st, out);
+    return PyBytes_FromStringAndSize((const char *)out, 16);
+}
+
+/* 1: the filter or the pending batch may hold ident (the interpreted path asks RocksDB);
+ * 0: surely new; -1 error */
+static int maybe_seen(Scan *s, PyObject *ident) {
+    int in = PyDict_Contains(s->pending, ident);
+    if (in != 0) return in;
+    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(ident);
+    uint64_t lo = b2b_load64(d), hi = b2b_load64(d + 8);
+    uint64_t i = lo & s->imask, m = masks[hi >> mask_hi_shift];
+    for (int k = 0; k < s->nlive; k++) {
+        const uint64_t *w = (const uint64_t *)s->live[k].buf;
+        if ((w[i] & m) == m) return 1;
+    }
+    return 0;
+}
+
+static PyObject *src_of(RunObject *self, int64_t off) {
+    char buf[352];
+    memcpy(buf, self->src_prefix, (size_t)self->src_prefix_len);
+    int n = snprintf(buf + self->src_prefix_len, sizeof buf - (size_t)self->src_prefix_len,
+                     "%lld", (long long)off);
+    return PyBytes_FromStringAndSize(buf, self->src_prefix_len + n);
+}
+
+/* (output, p, key, value, headers + [(bg.src, src)], src): OutputWriter's Output */
+static PyObject *output_of(RunObject *self, PyObject *headers, PyObject *key, PyObject *value,
+                           int64_t off) {
+    PyObject *src = src_of(self, off);
+    if (src == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(headers);
+    PyObject *hdrs = PyList_New(n + 1);
+    if (hdrs == NULL) {
+        Py_DECREF(src);
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *h = PyList_GET_ITEM(headers, j);
+        Py_INCREF(h);
+        PyList_SET_ITEM(hdrs, j, h);
+    }
+    PyObject *pair = PyTuple_Pack(2, h_src, src);
+    if (pair == NULL) {
+        Py_DECREF(src);
+        Py_DECREF(hdrs);
+        return NULL;
+    }
+    PyList_SET_ITEM(hdrs, n, pair);
+    PyObject *out = PyTuple_Pack(6, self->output, self->partition_obj, key, value, hdrs, src);
+    Py_DECREF(src);
+    Py_DECREF(hdrs);
+    return out;
+}
+
+/* InlineStream.send's produce of the held-back record: 0 produced, 1 the stream stopped
+ * (a produce error, handled by InlineStream.failed), -1 error */
+static int produce_held(RunObject *self, Scan *s, PyObject *old, PyObject *new_held) {
+    PyObject *args[6] = {s->producer, PyTuple_GET_ITEM(old, 0), PyTuple_GET_ITEM(old, 3),
+                         PyTuple_GET_ITEM(old, 2), self->partition_obj,
+                         PyTuple_GET_ITEM(old, 4)};
+    for (;;) {
+        PyObject *r = PyObject_VectorcallMethod(s_produce, args, 4, s_kwnames);
+        if (r != NULL) {
+            Py_DECREF(r);
+            return 0;
+        }
+        if (PyErr_ExceptionMatches(PyExc_BufferError)) {
+            PyErr_Clear();
+            PyObject *pargs[2] = {s->producer, poll_timeout};
+            r = PyObject_VectorcallMethod(s_poll, pargs, 2, NULL);
+            if (r == NULL) return -1;
+            Py_DECREF(r);
+            continue;
+        }
+        if (!PyErr_ExceptionMatches(kafka_exception)) return -1;
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyObject *exc = ev;
+        Py_XDECREF(et);
+        Py_XDECREF(tb);
+        if (exc == NULL) return -1;
+        /* the stream queues its held record (this one) when it stops */
+        if (PyObject_SetAttr(self->stream, s_held, new_held) < 0) {
+            Py_DECREF(exc);
+            return -1;
+        }
+        Py_CLEAR(s->held);
+        PyObject *fargs[3] = {self->stream, old, exc};
+        r = PyObject_VectorcallMethod(s_failed, fargs, 3, NULL);
+        Py_DECREF(exc);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        s->stream_mode = 0;
+        return 1;
+    }
+}
+
+static int send(RunObject *self, Scan *s, PyObject *headers, PyObject *key, PyObject *value,
+                int64_t off) {
+    if (!PyList_CheckExact(headers)) {
+        PyErr_SetString(PyExc_TypeError, "headers must be a list");
+        return -1;
+    }
+    PyObject *out = output_of(self, headers, key, value, off);
+    if (out == NULL) return -1;
+    if (s->nsent == 0) s->first_sent = off;
+    s->nsent++;
+    if (!s->stream_mode) {
+        int rc = PyList_Append(self->queue, out);
+        Py_DECREF(out);
+        return rc;
+    }
+    PyObject *old = s->held;
+    s->held = out;  /* owns the new ref */
+    if (old == NULL) return 0;
+    int rc = produce_held(self, s, old, out);
+    Py_DECREF(old);
+    return rc < 0 ? -1 : 0;
+}
+
+static int same_str(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    if (!PyUnicode_CheckExact(a)) return 0;
+    return PyUnicode_Compare(a, b) == 0;
+}
+
+static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "router._fastpath.configure() was not called");
+        return NULL;
+    }
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan(msgs: list, start: int)");
+        return NULL;
+    }
+    PyObject *msgs = args[0];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    Scan s;
+    memset(&s, 0, sizeof s);
+    int rc = scan_load(self, &s);
+    if (rc <= 0) {  /* not served now: -1 (the caller interprets the partition's stretch) */
+        scan_release(&s);
+        return rc < 0 ? NULL : PyLong_FromLong(-1);
+    }
+    int failed = 0;
+    PyObject *r = NULL, *headers = NULL, *key = NULL, *value = NULL, *ident = NULL;
+    while (i < PyList_GET_SIZE(msgs)) {
+        PyObject *msg = PyList_GET_ITEM(msgs, i);
+        r = call0(msg, s_error);
+        if (r == NULL) goto error;
+        int err = r != Py_None;
+        Py_CLEAR(r);
+        if (err) break;
+        r = call0(msg, s_topic);
+        if (r == NULL) goto error;
+        int same = same_str(r, self->topic);
+        Py_CLEAR(r);
+        if (!same) break;
+        r = call0(msg, s_partition);
+        if (r == NULL) goto error;
+        long p = PyLong_AsLong(r);
+        Py_CLEAR(r);
+        if (p == -1 && PyErr_Occurred()) goto error;
+        if (p != self->partition) break;
+        r = call0(msg, s_offset);
+        if (r == NULL) goto error;
+        int64_t off = PyLong_AsLongLong(r);
+        Py_CLEAR(r);
+        if (off == -1 && PyErr_Occurred()) goto error;
+        headers = call0(msg, s_headers);
+        if (headers == NULL) goto error;
+        PyObject *version;
+        int64_t t;
+        if (!recognize(headers, &version, &t)) break;
+        r = call0(msg, s_timestamp);
+        if (r == NULL) goto error;
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) break;
+        int64_t written = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 1));
+        Py_CLEAR(r);
+        if (written == -1 && PyErr_Occurred()) goto error;
+        /* PartitionRouter.suppresses / decide: the record's segment and its primary */
+        Py_ssize_t seg;
+        if (s.nb == 0 || t >= s.bounds[s.nb - 1]) {
+            seg = s.nb;
+        } else {
+            Py_ssize_t lo = 0, hi = s.nb;  /* bisect_right */
+            while (lo < hi) {
+                Py_ssize_t mid = (lo + hi) / 2;
+                if (t < s.bounds[mid])
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            seg = lo;
+        }
+        PyObject *prim = PyTuple_GET_ITEM(s.prims, seg);
+        int primary = version == prim;
+        if (!primary) {
+            int c = PyObject_RichCompareBool(version, prim, Py_EQ);
+            if (c < 0) goto error;
+            primary = c;
+        }
+        int poison = s.has_tol && written >= 0 && (__int128)t - s.tol > (__int128)written;
+        if (poison) break;
+        if (!primary) {  /* suppressed */
+            if (!s.has_h || t > s.h) {
+                s.h = t;
+                s.has_h = 1;
+                s.h_changed = 1;
+            }
+            if (s.sup_count && version != s.sup_version && flush_suppressed(&s) < 0) goto error;
+            s.sup_version = version;
+            s.sup_count++;
+            s.consumed = 1;
+            s.last_off = off;
+            Py_CLEAR(headers);
+            i++;
+            continue;
+        }
+        if (s.ordered && seg > s.closed_upto) break;                      /* held */
+        if (s.has_h && (__int128)t < (__int128)s.h - s.retention) break;  /* too old */
+        key = call0(msg, s_key);
+        if (key == NULL) goto error;
+        value = call0(msg, s_value);
+        if (value == NULL) goto error;
+        if (self->identity == record_identity) {
+            ident = identity_of_record(key, value, t);
+        } else {
+            PyObject *tt = PyLong_FromLongLong(t);
+            if (tt == NULL) goto error;
+            PyObject *iargs[3] = {key, value, tt};
+            ident = PyObject_Vectorcall(self->identity, iargs, 3, NULL);
+            Py_DECREF(tt);
+            PyErr_Clear();  /* the interpreted path computes it again and names the problem */
+        }
+        if (ident == NULL || !PyBytes_CheckExact(ident) || PyBytes_GET_SIZE(ident) != 16) {
+            if (PyErr_Occurred()) goto error;
+            break;
+        }
+        int seen = maybe_seen(&s, ident);
+        if (seen < 0) goto error;
+        if (seen) break;  /* a duplicate, or a RocksDB read: interpreted */
+        /* forwarded: DedupStore.add, the counters, then the output */
+        if (!s.has_h || t > s.h) {
+            s.h = t;
+            s.has_h = 1;
+            s.h_changed = 1;
+        }
+        PyObject *tt = PyLong_FromLongLong(t);
+        if (tt == NULL) goto error;
+        rc = PyDict_SetItem(s.pending, ident, tt);
+        Py_DECREF(tt);
+        if (rc < 0) goto error;
+        s.nfwd++;
+        s.consumed = 1;
+        s.last_off = off;
+        i++;
+        int in_skip = 0;
+        if (PySet_GET_SIZE(s.skip) > 0) {  /* already in the output log: not sent again */
+            PyObject *ref = Py_BuildValue("(OL)", self->topic, (long long)off);
+            if (ref == NULL) goto error;
+            in_skip = PySet_Contains(s.skip, ref);
+            Py_DECREF(ref);
+            if (in_skip < 0) goto error;
+        }
+        if (!in_skip && send(self, &s, headers, key, value, off) < 0) goto error;
+        Py_CLEAR(headers);
+        Py_CLEAR(key);
+        Py_CLEAR(value);
+        Py_CLEAR(ident);
+    }
+    goto done;
+error:
+    failed = 1;
+done:
+    Py_XDECREF(r);
+    Py_XDECREF(headers);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_XDECREF(ident);
+    if (scan_store(self, &s) < 0) failed = 1;
+    scan_release(&s);
+    if (failed) return NULL;
+    return PyLong_FromSsize_t(i);
+}
+
+static int Run_init(RunObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"router", "store", "durability", "bound", "identity", "topic",
+                             "partition", "output", "stream", "queue", NULL};
+    PyObject *router, *store, *dur, *bound, *identity, *topic, *output, *stream, *queue;
+    long partition;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOUlUOO!", kwlist, &router, &store, &dur,
+                                     &bound, &identity, &topic, &partition, &output, &stream,
+                                     &PyList_Type, &queue))
+        return -1;
+    Py_ssize_t tlen;
+    const char *tname = PyUnicode_AsUTF8AndSize(topic, &tlen);
+    if (tname == NULL) return -1;
+    int n = snprintf(self->src_prefix, sizeof self->src_prefix, "%s:%ld:", tname, partition);
+    if (n < 0 || (size_t)n >= sizeof self->src_prefix || (Py_ssize_t)strlen(tname) != tlen) {
+        PyErr_SetString(PyExc_ValueError, "topic name too long for the compiled path");
+        return -1;
+    }
+    self->src_prefix_len = n;
+    self->partition = partition;
+#define SETREF(field, v) do { Py_INCREF(v); Py_XSETREF(self->field, v); } while (0)
+    SETREF(router, router);
+    SETREF(store, store);
+    SETREF(dur, dur);
+    SETREF(bound, bound);
+    SETREF(identity, identity);
+    SETREF(topic, topic);
+    SETREF(output, output);
+    SETREF(stream, stream);
+    SETREF(queue, queue);
+#undef SETREF
+    Py_XSETREF(self->partition_obj, PyLong_FromLong(partition));
+    return self->partition_obj == NULL ? -1 : 0;
+}
+
+static int Run_traverse(RunObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->router);
+    Py_VISIT(self->store);
+    Py_VISIT(self->dur);
+    Py_VISIT(self->bound);
+    Py_VISIT(self->identity);
+    Py_VISIT(self->stream);
+    Py_VISIT(self->queue);
+    return 0;
+}
+
+static int Run_clear(RunObject *self) {
+    Py_CLEAR(self->router);
+    Py_CLEAR(self->store);
+    Py_CLEAR(self->dur);
+    Py_CLEAR(self->bound);
+    Py_CLEAR(self->identity);
+    Py_CLEAR(self->topic);
+    Py_CLEAR(self->output);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->partition_obj);
+    return 0;
+}
+
+static void Run_dealloc(RunObject *self) {
+    PyObject_GC_UnTrack(self);
+    Run_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Run_methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))Run_scan, METH_FASTCALL,
+     "scan(msgs, start) -> index of the first record not decided (left to the interpreted "
+     "path)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject RunType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "router._fastpath.Run",
+    .tp_basicsize = sizeof(RunObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One raw partition's records in one batch, decided compiled where they can be.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Run_init,
+    .tp_traverse = (traverseproc)Run_traverse,
+    .tp_clear = (inquiry)Run_clear,
+    .tp_dealloc = (destructor)Run_dealloc,
+    .tp_methods = Run_methods,
+};
+
+static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"known_versions", "masks", "mask_shift", "record_identity",
+                             "kafka_exception", "version", "event_time", "watermark", "batch",
+                             "kind", "src", NULL};
+    PyObject *known, *mlist, *rid, *kexc, *v, *et, *wm, *b, *kind, *src;
+    int shift;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!iOOUUUUUU", kwlist, &PyDict_Type, &known,
+                                     &PyList_Type, &mlist, &shift, &rid, &kexc, &v, &et, &wm,
+                                     &b, &kind, &src))
+        return NULL;
+    if (PyList_GET_SIZE(mlist) != MASK_COUNT || shift != 128 - 12) {
+        PyErr_SetString(PyExc_ValueError, "the dedup filter's layout changed: rebuild");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < MASK_COUNT; k++) {
+        unsigned long long m = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(mlist, k));
+        if (m == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+        masks[k] = m;
+    }
+    mask_hi_shift = shift - 64;
+    Py_INCREF(known);
+    Py_XSETREF(known_versions, known);
+    Py_INCREF(rid);
+    Py_XSETREF(record_identity, rid);
+    Py_INCREF(kexc);
+    Py_XSETREF(kafka_exception, kexc);
+    PyObject *names = PyFrozenSet_New(NULL);
+    if (names == NULL) return NULL;
+    PyObject *all[5] = {v, et, wm, b, kind};
+    for (int k = 0; k < 5; k++)
+        if (PySet_Add(names, all[k]) < 0) {
+            Py_DECREF(names);
+            return NULL;
+        }
+    Py_XSETREF(envelope_names, names);
+#define KEEP(g, x) do { Py_INCREF(x); PyUnicode_InternInPlace(&(x)); Py_XSETREF(g, x); } while (0)
+    KEEP(h_version, v);
+    KEEP(h_event_time, et);
+    KEEP(h_watermark, wm);
+    KEEP(h_batch, b);
+    KEEP(h_src, src);
+#undef KEEP
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_record_identity(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_identity(key, value, event_time)");
+        return NULL;
+    }
+    long long t = PyLong_AsLongLong(args[2]);
+    if (t == -1 && PyErr_Occurred()) return NULL;
+    PyObject *out = identity_of_record(args[0], args[1], t);
+    if (out == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "key and value must be bytes or None");
+    return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "Give the compiled path the header names, known versions, filter masks and identity."},
+    {"record_identity", (PyCFunction)(void (*)(void))py_record_identity, METH_FASTCALL,
+     "router.identity.record_identity, in C"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastpath",
+                                       "The router's per-record path, compiled "
+                                       "(router.compiled).", -1, module_methods};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&s_error, "error"}, {&s_topic, "topic"}, {&s_partition, "partition"},
+        {&s_offset, "offset"}, {&s_headers, "headers"}, {&s_timestamp, "timestamp"},
+        {&s_key, "key"}, {&s_value, "value"}, {&s_produce, "produce"}, {&s_poll, "poll"},
+        {&s_failed, "failed"}, {&s_topics, "topics"}, {&s_primaries, "_primaries"},
+        {&s_bounds, "_bounds"}, {&s_tolerance, "_tolerance"}, {&s_horizon, "horizon"},
+        {&s_retention, "retention_ms"}, {&s_ordered, "ordered"},
+        {&s_closed_upto, "_closed_upto"}, {&s_counters, "counters"},
+        {&s_suppressed, "suppressed"}, {&s_forwarded, "forwarded"}, {&s_pending, "_pending"},
+        {&s_live, "_live"}, {&s_imask, "_imask"}, {&s_skip, "skip"},
+        {&s_next_offsets, "next_offsets"}, {&s_dirty, "dirty"},
+        {&s_undelivered, "undelivered"}, {&s_out_pos, "out_pos"}, {&s_queued, "queued"},
+        {&s_live_flag, "live"}, {&s_held, "held"}, {&s_producer, "producer"}};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        *names[k].slot = PyUnicode_InternFromString(names[k].name);
+        if (*names[k].slot == NULL) return NULL;
+    }
+    s_kwnames = Py_BuildValue("(ss)", "partition", "headers");
+    poll_timeout = PyFloat_FromDouble(0.05);
+    if (s_kwnames == NULL || poll_timeout == NULL) return NULL;
+    if (PyType_Ready(&RunType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    Py_INCREF(&RunType);
+    if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0) {
+        Py_DECREF(&RunType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

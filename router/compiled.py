@@ -1,0 +1,99 @@
+"""The compiled per-record path (router/_fastpath.c): which records it decides, how it is set up.
+
+Why: the router's per-record work in the interpreter cost about twice the CPU of a pass-through
+loop per raw record (docs/performance.md, section 2), and compiling the same Python unchanged
+did not help ("Compiling the per-record modules does not help"). The common case is narrow: a
+run of one raw partition's well-formed data records, each either not the primary for its
+event time (suppressed) or the primary's and new to the dedup store (forwarded). That case is
+written in C over the same Python objects (the partition's rule, its dedup store, its
+durability, its output stream); every other record (heartbeats, held, poison, duplicates, a
+filter "maybe", dead letters, shadows, a partition paused over max_held) goes through the
+interpreted loop, :meth:`router.datapath.DataPath._handle_all`, which stays the definition of
+the rule. tests/unit/test_compiled_path.py runs both on the same generated records and compares
+every output and every piece of state.
+
+The extension is built by ``pip install`` when a C compiler is there (setup.py, optional);
+without it, or with ``CUTOVER_COMPILED_PATH=0``, the router runs interpreted, and its start-up
+log says which.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from confluent_kafka import KafkaException, Message
+
+from cutover import headers as hdr
+from router.dedup_filter import MASK_SHIFT, MASKS
+from router.identity import record_identity
+from router.inline_output import InlineStream
+from router.output_writer import Output
+from router.partition import Owned
+
+if TYPE_CHECKING:
+    from router._fastpath import Run as Run
+
+_fastpath: ModuleType | None
+try:
+    from router import _fastpath
+except ImportError:  # no C compiler when installed: the interpreted path
+    _fastpath = None
+
+ENV = "CUTOVER_COMPILED_PATH"
+
+
+def available() -> bool:
+    """The extension was built (and imports)."""
+    return _fastpath is not None
+
+
+def enabled() -> bool:
+    """The router decides with the compiled path: built, and not turned off."""
+    return _fastpath is not None and os.environ.get(ENV, "1") != "0"
+
+
+def path_name() -> str:
+    if enabled():
+        return "compiled"
+    return "interpreted (turned off by CUTOVER_COMPILED_PATH=0)" if available() else \
+        "interpreted (the compiled extension is not built: install with a C compiler)"
+
+
+if _fastpath is not None:
+    _fastpath.configure(known_versions=hdr._known_versions, masks=MASKS, mask_shift=MASK_SHIFT,
+                        record_identity=record_identity, kafka_exception=KafkaException,
+                        version=hdr.VERSION, event_time=hdr.EVENT_TIME,
+                        watermark=hdr.WATERMARK, batch=hdr.BATCH, kind=hdr.KIND, src=hdr.SRC)
+
+
+def make_run(owned: Owned, topic: str, stream: InlineStream | None,
+             queue: list[Output]) -> Run:
+    """The compiled run of ``owned``'s records of ``topic`` in this batch: forwards go to
+    ``stream`` while it is live (transactions), else to the batch's ``queue``."""
+    assert _fastpath is not None
+    rs = owned.route.settings
+    run: Run = _fastpath.Run(router=owned.router, store=owned.store,
+                             durability=owned.durability, bound=owned.bound,
+                             identity=owned.route.identity, topic=topic,
+                             partition=owned.partition, output=rs.output, stream=stream,
+                             queue=queue)
+    return run
+
+
+def stretch_end(msgs: list[Message], start: int) -> int:
+    """One past the last record of the stretch of ``msgs[start]``'s partition (an error record
+    is a stretch of its own)."""
+    first = msgs[start]
+    if first.error() is not None:
+        return start + 1
+    topic, p = first.topic(), first.partition()
+    i = start + 1
+    n = len(msgs)
+    while i < n:
+        m = msgs[i]
+        if m.error() is not None or m.partition() != p or m.topic() != topic:
+            break
+        i += 1
+    return i

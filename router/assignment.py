@@ -10,6 +10,7 @@ transaction aborted is taken over again the same way and replayed from its check
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -41,8 +42,12 @@ class Assignment:
     board: StatusBoard
     owned: dict[PartitionKey, Owned]
     by_tp: dict[tuple[str, int], Owned] = field(default_factory=dict)
+    # Called before the group gives or takes partitions: waits for the last batch's commits
+    # (router.batch_end.BatchEnd.wait), so that no partition changes hands mid-commit.
+    before_change: Callable[[], None] = lambda: None
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.before_change()
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
         self.owned.update(self._resume(consumer, [k for k in keys if k not in self.owned]))
@@ -60,6 +65,7 @@ class Assignment:
         log.info("took over partitions %s", keys)
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.before_change()
         self.drop({(self.topic_route[tp.topic].settings.name, tp.partition)
                    for tp in partitions if tp.topic in self.topic_route})
 

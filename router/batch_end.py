@@ -8,6 +8,15 @@ then the queued output is produced and waited for, then the dedup stores are flu
 the resume offsets committed to the group. With transactions (router.transactions): one
 transaction per partition holds its checkpoint and its output, and each partition's store is
 flushed in its commit thread once it committed. Ownership is checked before either write.
+
+With transactions the commits are left in flight while the worker consumes the next batch
+(:meth:`BatchEnd.complete` issues them, :meth:`BatchEnd.finish` waits for them and settles the
+batch before any record of the next one is decided): consuming changes nothing the durability
+argument rests on, and a commit is a round trip (measured ~10 ms a batch on one broker) that
+the worker otherwise sat out. The rebalance callbacks wait for the commits first
+(:meth:`BatchEnd.wait`), so no partition changes hands mid-commit; a partition whose commit
+failed is taken over again after the consume, and the records consumed for it are dropped
+(:class:`Stale`): they are read again from its checkpoint.
 """
 
 from __future__ import annotations
@@ -18,18 +27,67 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from router.checkpoint import Checkpoint, write_checkpoints
 from router.failpoints import fire, pause_at
 from router.output_writer import OutputWriter
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
-from router.transactions import Failed, PartitionKey, PartitionTransactions, write_batch
+from router.transactions import (
+    Commits,
+    Failed,
+    PartitionKey,
+    PartitionTransactions,
+    wait_commits,
+    write_batch,
+)
 
 log = logging.getLogger("cutover.router")
 
 PURGE_EVERY_S = 30
+
+
+@dataclass(frozen=True)
+class Stale:
+    """Consumed records the next batch must not decide: read before their raw partition
+    (topic, partition) was taken over again from its checkpoint, which reads them again; or
+    every one (``every``: the worker rejoined the group with a new consumer)."""
+
+    partitions: frozenset[tuple[str, int]] = frozenset()
+    every: bool = False
+
+    def __bool__(self) -> bool:
+        return self.every or bool(self.partitions)
+
+    def fresh(self, msgs: list[Message]) -> list[Message]:
+        """``msgs`` without the stale ones."""
+        if self.every:
+            return []
+        return [m for m in msgs
+                if m.error() is not None or (m.topic(), m.partition()) not in self.partitions]
+
+
+NOTHING_STALE = Stale()
+
+
+@dataclass
+class InFlight:
+    """A batch whose commits are in flight."""
+
+    commits: Commits
+    dirty: list[Owned]                         # partitions whose checkpoint the batch wrote
+    offsets: dict[PartitionKey, dict[str, int]]  # their resume offsets
+
+
+@dataclass
+class Ended:
+    """A batch written (committed, or not: ``failed``; None without transactions), not
+    settled yet."""
+
+    failed: Failed | None
+    dirty: list[Owned]
+    offsets: dict[PartitionKey, dict[str, int]]
 
 
 @dataclass
@@ -47,8 +105,10 @@ class BatchEnd:
     worker_id: str
     clock: PollClock
     consumer: Callable[[], Consumer]
-    recover: Callable[[Failed], None]
+    recover: Callable[[Failed], Stale]
     _last_purge: float = field(default_factory=time.monotonic)
+    _flight: InFlight | None = None   # the last batch's commits, in flight
+    _pending: Ended | None = None     # the last batch, committed (or not), to settle
 
     def complete(self) -> bool:
         """Make the batch durable; True if it had output to write."""
@@ -68,24 +128,52 @@ class BatchEnd:
                 snapshot=owned.router.snapshot(), readback_from=at.readback_from,
                 rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
         self.check_ownership()
+        offsets = {(c.route, c.partition): c.offsets for c in ckpts}
         if self.txn is not None:
-            failed = write_batch(self.txn, self.ckpt_topic, ckpts, self._transaction_keys(),
-                                 bool(writer.queue), lambda: self._send(self.txn),
-                                 self.flush_store)
+            got = write_batch(self.txn, self.ckpt_topic, ckpts, self._transaction_keys(),
+                              bool(writer.queue), lambda: self._send(self.txn),
+                              self.flush_store)
             writer.queue.clear()
-            self.recover(failed)
-            dirty = [o for o in dirty  # an aborted partition was taken over again
-                     if self.owned.get((o.route.settings.name, o.partition)) is o]
+            if isinstance(got, Commits):  # settled by finish(), after the next consume
+                self._flight = InFlight(got, dirty, offsets)
+            else:
+                self._pending = Ended(got, dirty, offsets)
+                self.finish()
         else:
             self._write_checkpoint_first(ckpts)
-        offsets = {(c.route, c.partition): c.offsets for c in ckpts}
+            self._pending = Ended(None, dirty, offsets)
+            self.finish()
+        return pending_out > 0
+
+    def wait(self) -> None:
+        """Wait for the last batch's commits (if in flight); what they left to do is done by
+        :meth:`finish`. Called before the group gives or takes partitions (in the rebalance
+        callbacks, where a partition cannot be taken over again or the group rejoined), so
+        that no partition changes hands mid-commit."""
+        flight, self._flight = self._flight, None
+        if flight is not None:
+            self._pending = Ended(wait_commits(flight.commits), flight.dirty, flight.offsets)
+
+    def finish(self) -> Stale:
+        """Settle the last batch before anything of the next one is decided: wait for its
+        commits, take aborted partitions over again (or rejoin, if fenced), mark what was
+        delivered, commit the resume offsets to the group, purge old identities now and then.
+        Returns the records the next batch must not decide (consumed before a partition was
+        taken over again: read again from its checkpoint)."""
+        self.wait()
+        ended, self._pending = self._pending, None
+        if ended is None:
+            return NOTHING_STALE
+        stale = NOTHING_STALE if ended.failed is None else self.recover(ended.failed)
+        dirty = [o for o in ended.dirty  # given up since, or taken over again (aborted)
+                 if self.owned.get((o.route.settings.name, o.partition)) is o]
         commits: list[TopicPartition] = []
         for owned in dirty:
-            if self.txn is None:  # with transactions: flushed once committed, above
+            if self.txn is None:  # with transactions: flushed once committed (write_batch)
                 self.flush_store((owned.route.settings.name, owned.partition))
             owned.durability.batch_done()
             commits.extend(TopicPartition(t, owned.partition, o) for t, o in
-                           offsets[(owned.route.settings.name, owned.partition)].items())
+                           ended.offsets[(owned.route.settings.name, owned.partition)].items())
         if commits:
             try:
                 self.consumer().commit(offsets=commits, asynchronous=True)
@@ -93,12 +181,13 @@ class BatchEnd:
                 log.warning("offset commit: %s", exc)
         if time.monotonic() - self._last_purge > PURGE_EVERY_S:
             self._purge()
-        return pending_out > 0
+        return stale
 
     def flush_store(self, key: PartitionKey) -> None:
         """Make the partition's dedup store durable up to this batch: the identities of its
         delivered records and the checkpoint's seq. With transactions this runs in the
-        partition's commit thread, after its commit (the loop waits for every commit)."""
+        partition's commit thread, after its commit (every commit is waited for before the next
+        batch's records are decided: :meth:`finish`)."""
         owned = self.owned[key]
         owned.store.put_meta("seq", str(owned.durability.seq).encode())
         owned.store.flush()

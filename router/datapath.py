@@ -27,8 +27,12 @@ committed after delivery: an aborted partition is taken over again from its chec
 replayed, and a fenced worker (a newer owner exists) gives up its partitions and rejoins.
 There the order inside a transaction does not matter, so step 2 already produces each
 partition's forwards into its transaction as they are decided (router.inline_output), after
-the ownership and foreign-write checks of step 4 for that partition; and step 5's store flush
-runs in each partition's commit thread once it committed.
+the ownership and foreign-write checks of step 4 for that partition; step 5's store flush
+runs in each partition's commit thread once it committed; and the commits complete while the
+next batch is consumed (step 1), before any of its records is decided (router.batch_end).
+
+The per-record loop of step 2 runs compiled where it can (router.compiled); the interpreted
+loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.
 
 Start-up topic checks: router.topics. The rules, module by module: README, "Durability".
 """
@@ -47,7 +51,7 @@ from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
 from router import compiled
 from router.assignment import Assignment
-from router.batch_end import BatchEnd
+from router.batch_end import NOTHING_STALE, BatchEnd, Stale
 from router.checkpoint import checkpoint_topic
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
@@ -152,6 +156,7 @@ class DataPath:
         self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
                              self.ckpt_topic, self.worker_id, self.clock,
                              self._current_consumer, self._recover)
+        self._parts.before_change = self._end.wait
         self._join()
         self.ready.set()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s",
@@ -178,6 +183,8 @@ class DataPath:
         return self._consumer
 
     def _shutdown(self) -> None:
+        if self._end is not None:
+            self._end.wait()  # the last batch's commits (its stores flush in their threads)
         if self._writer is not None:
             self._writer.probe.close()
         if self._consumer is not None:
@@ -217,6 +224,13 @@ class DataPath:
         msgs = self._consumer.consume(BATCH, POLL_S)
         self.clock.polled()
         with batch_gc_pause():
+            assert self._end is not None
+            stale = self._end.finish()  # the last batch's commits ran during the consume
+            if stale:
+                fresh = stale.fresh(msgs)
+                log.warning("%d consumed records dropped: read again from the checkpoints of "
+                            "partitions taken over again", len(msgs) - len(fresh))
+                msgs = fresh
             if msgs:
                 self._handle(msgs)
             for owned in self.owned.values():
@@ -227,7 +241,7 @@ class DataPath:
                 if isinstance(event, PlanAccepted):
                     self._apply_everywhere(event.plan)
             self._fenced = False
-            if self._end is not None and self._end.complete():
+            if self._end.complete():
                 self.board.changed = True
             del msgs
         self.board.tick()
@@ -430,10 +444,11 @@ class DataPath:
 
     # -- after a failed batch -------------------------------------------------------------
 
-    def _recover(self, failed: Failed) -> None:
+    def _recover(self, failed: Failed) -> Stale:
         """After a failed batch: a fenced producer means a newer owner has the partition, so
         give up every partition and rejoin the group (the group says who owns what); aborted
-        partitions are taken over again from their checkpoints and replayed."""
+        partitions are taken over again from their checkpoints and replayed. Returns the
+        records consumed since that are read again (router.batch_end.Stale)."""
         assert self._consumer is not None and self._parts is not None
         if failed.fenced:
             log.error("partitions %s have a newer owner (producer fenced): giving up this "
@@ -441,8 +456,11 @@ class DataPath:
             self._consumer.close()
             self._parts.drop(set(self.owned))
             self._join()
-            return
-        if failed.aborted:
-            self._parts.retake(self._consumer, set(failed.aborted))
-            log.warning("partitions %s: batch aborted; replaying from their checkpoints",
-                        sorted(failed.aborted))
+            return Stale(every=True)
+        if not failed.aborted:
+            return NOTHING_STALE
+        self._parts.retake(self._consumer, set(failed.aborted))
+        log.warning("partitions %s: batch aborted; replaying from their checkpoints",
+                    sorted(failed.aborted))
+        return Stale(frozenset((t, p) for route, p in failed.aborted
+                               for t in self.routes[route].settings.inputs))

@@ -28,7 +28,8 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -57,6 +58,7 @@ PartitionKey = tuple[str, int]   # (route, raw partition)
 COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
 COMMIT_THREADS = 8
+COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                      KafkaError.INVALID_PRODUCER_EPOCH,
@@ -174,6 +176,11 @@ class PartitionTransactions:
         deadline = time.monotonic() + COMMIT_RETRY_S
         timeout = commit_timeout_s()
         while True:
+            if fire("txn-commit-fails"):
+                time.sleep(COMMIT_FAILPOINT_S)  # a slow coordinator: the next consume returns
+                self.abort([key])
+                raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed (failpoint "
+                                   "txn-commit-fails); the batch was aborted")
             try:
                 producer.commit_transaction(timeout)
                 self.open.discard(key)
@@ -222,12 +229,13 @@ class Failed(NamedTuple):
 
 def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
                 keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]],
-                settle: Callable[[PartitionKey], None]) -> Failed:
+                settle: Callable[[PartitionKey], None]) -> Failed | Commits:
     """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
     output writer's produce, with the ownership checks; it returns the partitions whose output
     partition was written), then the commits, each followed in its thread by ``settle(key)``
     once it succeeded (the partition's dedup store flush: its CPU then overlaps the other
-    partitions' commit round trips)."""
+    partitions' commit round trips). The commits are returned in flight (:class:`Commits`);
+    a batch aborted before them returns its :class:`Failed` at once."""
     written: list[Owned] = []
     try:
         txn.begin(keys)
@@ -246,22 +254,41 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
         log.warning("batch aborted before its commit (%s)", exc)
         fenced = txn.abort(keys)
         return Failed(keys - fenced, fenced)
-    failed = Failed(set(), set())
     order = sorted(keys)
+
     def commit_then_settle(key: PartitionKey) -> RouterError | None:
         error = txn.try_commit(key)
         if error is None:
             settle(key)
         return error
 
-    for key, error in zip(order, txn.pool.map(commit_then_settle, order), strict=True):
+    return Commits(order, [txn.pool.submit(commit_then_settle, key) for key in order], written)
+
+
+@dataclass
+class Commits:
+    """A batch's commits, issued (each in a thread of its own, followed there by the
+    partition's store flush) and not waited for yet: :func:`wait_commits`. Why not wait at
+    once: a commit is a round trip to the transaction coordinator (~10 ms a batch here), in
+    which the worker can already consume the next batch (router.batch_end)."""
+
+    order: list[PartitionKey]
+    futures: list[Future[RouterError | None]]
+    written: list[Owned]   # partitions whose output partition the batch wrote
+
+
+def wait_commits(commits: Commits) -> Failed:
+    """Wait for a batch's commits; the partitions that did not commit."""
+    failed = Failed(set(), set())
+    for key, future in zip(commits.order, commits.futures, strict=True):
+        error = future.result()
         if isinstance(error, BatchAborted):
             log.warning("%s", error)
             failed.aborted.add(key)
         elif isinstance(error, ProducerFenced):
             log.error("%s", error)
             failed.fenced.add(key)
-    for owned in written:
+    for owned in commits.written:
         if (owned.route.settings.name, owned.partition) not in failed.aborted | failed.fenced:
             owned.durability.committed()
     return failed

@@ -18,7 +18,7 @@ class FirstRecords:
     def __init__(self, engine: DataPath) -> None:
         self.at: tuple[float, float] | None = None
         self._seen = threading.Event()
-        handle = engine._handle_all
+        handle = engine._handle  # the per-record path it runs (compiled or interpreted)
 
         def first(msgs: list[Any]) -> None:
             if self.at is None:
@@ -26,7 +26,7 @@ class FirstRecords:
                 self._seen.set()
             handle(msgs)
 
-        engine._handle_all = first  # type: ignore[method-assign]
+        engine._handle = first  # type: ignore[method-assign]
 
     def wait(self, timeout: float = 120.0) -> tuple[float, float]:
         """(monotonic, process CPU) seconds at the first consumed records."""

@@ -3,8 +3,10 @@ broker and data. Run with `make bench` (pytest -m bench -s tests/bench); prints 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -18,6 +20,7 @@ from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import parse_settings
+from router import compiled
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
 from router.kafka_io import PREFETCH
@@ -94,7 +97,9 @@ def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
 
 
 def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
-            state: Path, transactions: str = "auto") -> float:
+            state: Path, transactions: str = "auto", compiled_path: bool = True) -> float:
+    """The router's raw records/s; ``compiled_path`` False: the interpreted per-record loop
+    (router.compiled)."""
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
         "group_id": f"bench-{out}", "state_dir": str(state), "http_port": None,
@@ -106,7 +111,15 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
     p = Producer({"bootstrap.servers": bootstrap})
     p.produce(control, plan.to_json(), b"bench")
     p.flush(10)
-    engine = DataPath(settings, "bench")
+    was = os.environ.get(compiled.ENV)
+    os.environ[compiled.ENV] = "1" if compiled_path else "0"
+    try:
+        engine = DataPath(settings, "bench")  # picks its per-record path here
+    finally:
+        if was is None:
+            del os.environ[compiled.ENV]
+        else:
+            os.environ[compiled.ENV] = was
     first = FirstRecords(engine)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
@@ -151,21 +164,30 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
     # Alternate rounds on the same data: one run varies by +-15% on a shared 2-core machine,
     # so the figure is the median of the per-round ratios.
     rounds: list[tuple[float, float]] = []
+    interpreted: list[float] = []   # router / pass-through, the interpreted per-record loop
     for r in range(ROUNDS):
-        o_pt, o_r = f"{out_pt}-{r}", f"{out_r}-{r}"
-        create_topics(bootstrap, {o_pt: PARTITIONS, o_r: PARTITIONS, f"{o_r}.dlq": PARTITIONS})
+        o_pt, o_r, o_i = f"{out_pt}-{r}", f"{out_r}-{r}", f"{out_r}-i{r}"
+        create_topics(bootstrap, {o_pt: PARTITIONS, o_r: PARTITIONS, f"{o_r}.dlq": PARTITIONS,
+                                  o_i: PARTITIONS, f"{o_i}.dlq": PARTITIONS})
         pt_r = _passthrough(bootstrap, raw, o_pt, total)
         router_r = _router(bootstrap, raw, o_r, f"ctl-{tag}", f"st-{tag}", total,
                            tmp_path / f"state-{r}")
-        shutil.rmtree(tmp_path / f"state-{r}", ignore_errors=True)
+        interp_r = _router(bootstrap, raw, o_i, f"ctl-{tag}", f"st-{tag}", total,
+                           tmp_path / f"state-i{r}", compiled_path=False)
+        for d in (f"state-{r}", f"state-i{r}"):
+            shutil.rmtree(tmp_path / d, ignore_errors=True)
         rounds.append((pt_r, router_r))
+        interpreted.append(interp_r / pt_r)
         print(f"\nround {r + 1}: confluent pass-through loop {pt_r:,.0f} records/s, router "
-              f"{router_r:,.0f} records/s = {router_r / pt_r:.0%}", flush=True)
+              f"{router_r:,.0f} records/s = {router_r / pt_r:.0%}; interpreted per-record "
+              f"loop {interp_r:,.0f} records/s = {interp_r / pt_r:.0%}", flush=True)
     pt, router = sorted(rounds, key=lambda x: x[1] / x[0])[len(rounds) // 2]
     print(f"\nconfluent pass-through loop: {pt:,.0f} records/s (median round)")
     print(f"router (route + dedup + checkpoint): {router:,.0f} records/s "
           f"= {router / pt:.0%} of pass-through (median of {ROUNDS} rounds: "
-          f"{', '.join(f'{b / a:.0%}' for a, b in rounds)})", flush=True)
+          f"{', '.join(f'{b / a:.0%}' for a, b in rounds)}); with the interpreted "
+          f"per-record loop {statistics.median(interpreted):.0%} (rounds "
+          f"{', '.join(f'{x:.0%}' for x in interpreted)})", flush=True)
     agent = _faust_agent(bootstrap, raw, out_f, 20_000, tmp_path / "faust-agent")
     print(f"bare Faust pass-through agent: {agent:,.0f} records/s = {agent / pt:.1%} of "
           f"pass-through; {load_line()}")
@@ -174,6 +196,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                                  "faust_agent_per_s": round(agent),
                                  "router_ratio": round(router / pt, 3),
                                  "router_ratio_rounds": [round(b / a, 3) for a, b in rounds],
+                                 "interpreted_ratio_rounds": [round(x, 3) for x in interpreted],
                                  "faust_agent_ratio": round(agent / pt, 4)})
     assert router > 0 and pt > 0
 

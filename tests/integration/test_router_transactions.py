@@ -1,11 +1,14 @@
 """Each step of a batch's transaction fails once, on Apache Kafka: before anything of the batch
-is sent, after every record of it is delivered and before the commit, and a commit that times
-out. An aborted batch is replayed from its checkpoint, a timed-out commit is asked again; the
-output and the dead-letter topic, read with read_committed, hold every record exactly once, and
-the worker never restarts. The seams are ``CUTOVER_FAILPOINT`` (router.failpoints)."""
+is sent, after every record of it is delivered and before the commit, a commit that times out,
+and a commit that fails. An aborted batch is replayed from its checkpoint, a timed-out commit
+is asked again; the output and the dead-letter topic, read with read_committed, hold every
+record exactly once, and the worker never restarts. The seams are ``CUTOVER_FAILPOINT``
+(router.failpoints)."""
 
 from __future__ import annotations
 
+import re
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +33,9 @@ def _keys(env: Env, topic: str, isolation: str) -> Counter[bytes | None]:
     ("txn-before-send", "batch aborted before its commit (failpoint txn-before-send)"),
     ("txn-after-send", "batch aborted before its commit (failpoint txn-after-send)"),
     ("txn-commit-timeout", "commit did not complete"),
+    # The commit completes (here: fails) while the worker consumes the next batch: the records
+    # it consumed of the aborted partition are dropped and read again from its checkpoint.
+    ("txn-commit-fails", "commit failed (failpoint txn-commit-fails)"),
 ])
 def test_a_failed_transaction_step_loses_and_doubles_nothing(
         broker: BrokerUnderTest, tmp_path: Path, step: str, handled: str) -> None:
@@ -63,5 +69,42 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
             # in the log, and only a read_uncommitted reader sees them.
             seen = _keys(env, env.dlq, "read_uncommitted")
             assert set(seen) == set(POISON) and sum(seen.values()) > len(POISON), seen
+    finally:
+        router.stop()
+
+
+def test_records_consumed_while_a_commit_fails_are_read_again(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """A batch's commit completes while the worker consumes the next batch (router.batch_end).
+    When it fails, the partition is taken over again from its checkpoint, and the records
+    already consumed of it are dropped and read again from there: every record is in the
+    output once, in order. The job emits without pause while the commit fails (it takes half
+    a second), so the consume in between has records of the partition."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    env = Env(broker.bootstrap, tmp_path, partitions=1)
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    arm = tmp_path / "arm"
+    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": "txn-commit-fails",
+                                           "CUTOVER_FAILPOINT_ARM": str(arm)})
+    try:
+        router.wait_started()
+        blue = Job(env, "blue")
+        blue.emit(events(0, 500))
+        env.wait_output(500)
+        arm.touch()
+        for lo in range(500, N, 100):
+            blue.emit(events(lo, lo + 100))
+            time.sleep(0.02)
+        env.wait_output(N)
+        out = check_output(env, events(0, N), lambda p, t: "blue")
+        times = [int(dict(m.headers())["bg.event_time"]) for m in out]
+        assert times == sorted(times), "the output is not in the raw partition's order"
+        text = router.text()
+        assert "commit failed (failpoint txn-commit-fails)" in text, text[-3000:]
+        dropped = re.findall(r"(\d+) consumed records dropped", text)
+        assert dropped and int(dropped[0]) > 0, text[-3000:]
+        router.assert_alive()
+        assert text.count("took over partitions") == 1, "the worker restarted or rejoined"
     finally:
         router.stop()

@@ -92,6 +92,20 @@ static PyObject *call0(PyObject *obj, PyObject *name) {
     return PyObject_CallMethodNoArgs(obj, name);
 }
 
+/* confluent_kafka.Message's accessors, called through their method descriptors (no lookup
+ * per call) when a record is exactly that type */
+enum { M_ERROR, M_TOPIC, M_PARTITION, M_OFFSET, M_HEADERS, M_TIMESTAMP, M_KEY, M_VALUE, M_N };
+static PyObject *message_type;
+static PyObject *accessor[M_N];
+static PyObject **accessor_name[M_N] = {&s_error, &s_topic, &s_partition, &s_offset,
+                                        &s_headers, &s_timestamp, &s_key, &s_value};
+
+static PyObject *msg_get(PyObject *msg, int which) {
+    if ((PyObject *)Py_TYPE(msg) == message_type && accessor[which] != NULL)
+        return PyObject_Vectorcall(accessor[which], &msg, 1, NULL);
+    return call0(msg, *accessor_name[which]);
+}
+
 /* -1 on error, 0 when the value does not fit (the caller declines), 1 on success */
 static int get_i64(PyObject *obj, PyObject *name, int64_t *out, int *is_none) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -576,33 +590,33 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *r = NULL, *headers = NULL, *key = NULL, *value = NULL, *ident = NULL;
     while (i < PyList_GET_SIZE(msgs)) {
         PyObject *msg = PyList_GET_ITEM(msgs, i);
-        r = call0(msg, s_error);
+        r = msg_get(msg, M_ERROR);
         if (r == NULL) goto error;
         int err = r != Py_None;
         Py_CLEAR(r);
         if (err) break;
-        r = call0(msg, s_topic);
+        r = msg_get(msg, M_TOPIC);
         if (r == NULL) goto error;
         int same = same_str(r, self->topic);
         Py_CLEAR(r);
         if (!same) break;
-        r = call0(msg, s_partition);
+        r = msg_get(msg, M_PARTITION);
         if (r == NULL) goto error;
         long p = PyLong_AsLong(r);
         Py_CLEAR(r);
         if (p == -1 && PyErr_Occurred()) goto error;
         if (p != self->partition) break;
-        r = call0(msg, s_offset);
+        r = msg_get(msg, M_OFFSET);
         if (r == NULL) goto error;
         int64_t off = PyLong_AsLongLong(r);
         Py_CLEAR(r);
         if (off == -1 && PyErr_Occurred()) goto error;
-        headers = call0(msg, s_headers);
+        headers = msg_get(msg, M_HEADERS);
         if (headers == NULL) goto error;
         PyObject *version;
         int64_t t;
         if (!recognize(headers, &version, &t)) break;
-        r = call0(msg, s_timestamp);
+        r = msg_get(msg, M_TIMESTAMP);
         if (r == NULL) goto error;
         if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) break;
         int64_t written = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 1));
@@ -649,9 +663,9 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
         }
         if (s.ordered && seg > s.closed_upto) break;                      /* held */
         if (s.has_h && (__int128)t < (__int128)s.h - s.retention) break;  /* too old */
-        key = call0(msg, s_key);
+        key = msg_get(msg, M_KEY);
         if (key == NULL) goto error;
-        value = call0(msg, s_value);
+        value = msg_get(msg, M_VALUE);
         if (value == NULL) goto error;
         if (self->identity == record_identity) {
             ident = identity_of_record(key, value, t);
@@ -801,14 +815,22 @@ static PyTypeObject RunType = {
 
 static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"known_versions", "masks", "mask_shift", "record_identity",
-                             "kafka_exception", "version", "event_time", "watermark", "batch",
-                             "kind", "src", NULL};
-    PyObject *known, *mlist, *rid, *kexc, *v, *et, *wm, *b, *kind, *src;
+                             "kafka_exception", "message_type", "version", "event_time",
+                             "watermark", "batch", "kind", "src", NULL};
+    PyObject *known, *mlist, *rid, *kexc, *mtype, *v, *et, *wm, *b, *kind, *src;
     int shift;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!iOOUUUUUU", kwlist, &PyDict_Type, &known,
-                                     &PyList_Type, &mlist, &shift, &rid, &kexc, &v, &et, &wm,
-                                     &b, &kind, &src))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!iOOO!UUUUUU", kwlist, &PyDict_Type, &known,
+                                     &PyList_Type, &mlist, &shift, &rid, &kexc, &PyType_Type,
+                                     &mtype, &v, &et, &wm, &b, &kind, &src))
         return NULL;
+    for (int k = 0; k < M_N; k++) {
+        PyObject *d = PyObject_GetAttr(mtype, *accessor_name[k]);
+        if (d == NULL) return NULL;
+        if (!PyObject_TypeCheck(d, &PyMethodDescr_Type)) Py_CLEAR(d);  /* looked up per call */
+        Py_XSETREF(accessor[k], d);
+    }
+    Py_INCREF(mtype);
+    Py_XSETREF(message_type, mtype);
     if (PyList_GET_SIZE(mlist) != MASK_COUNT || shift != 128 - 12) {
         PyErr_SetString(PyExc_ValueError, "the dedup filter's layout changed: rebuild");
         return NULL;

@@ -7,7 +7,8 @@ from confluent_kafka import Message
 
 def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift: int,
               record_identity: Callable[[bytes | None, bytes | None, int], bytes],
-              kafka_exception: type[BaseException], version: str, event_time: str,
+              kafka_exception: type[BaseException], message_type: type[Message],
+              version: str, event_time: str,
               watermark: str, batch: str, kind: str, src: str) -> None: ...
 
 def record_identity(key: bytes | None, value: bytes | None, event_time: int, /) -> bytes: ...

@@ -64,6 +64,7 @@ def path_name() -> str:
 if _fastpath is not None:
     _fastpath.configure(known_versions=hdr._known_versions, masks=MASKS, mask_shift=MASK_SHIFT,
                         record_identity=record_identity, kafka_exception=KafkaException,
+                        message_type=Message,
                         version=hdr.VERSION, event_time=hdr.EVENT_TIME,
                         watermark=hdr.WATERMARK, batch=hdr.BATCH, kind=hdr.KIND, src=hdr.SRC)
 

@@ -9,16 +9,14 @@ the resume offsets committed to the group. With transactions (router.transaction
 transaction per partition holds its checkpoint and its output, and each partition's store is
 flushed in its commit thread once it committed. Ownership is checked before either write.
 
-With transactions, once the batch's output is produced, the rest of its end runs in the
-background while the worker consumes the next batch: the wait for the output's delivery, the
-checks after it (each output partition got exactly our records; the partitions are still
-ours) and the commits (:meth:`BatchEnd.complete` starts it, :meth:`BatchEnd.finish` waits for
-it and settles the batch before any record of the next one is decided). Consuming changes
-nothing the durability argument rests on, and those are round trips (measured 15-25 ms a
-batch on one broker) that the worker otherwise sat out. The rebalance callbacks wait for the
-batch first (:meth:`BatchEnd.wait`), so no partition changes hands mid-commit; a partition
-whose commit failed is taken over again after the consume, and the records consumed for it
-are dropped (:class:`Stale`): they are read again from its checkpoint.
+With transactions the commits are left in flight while the worker consumes the next batch
+(:meth:`BatchEnd.complete` issues them, :meth:`BatchEnd.finish` waits for them and settles the
+batch before any record of the next one is decided): consuming changes nothing the durability
+argument rests on, and a commit is a round trip (measured ~10 ms a batch on one broker) that
+the worker otherwise sat out. The rebalance callbacks wait for the commits first
+(:meth:`BatchEnd.wait`), so no partition changes hands mid-commit; a partition whose commit
+failed is taken over again after the consume, and the records consumed for it are dropped
+(:class:`Stale`): they are read again from its checkpoint.
 """
 
 from __future__ import annotations
@@ -38,7 +36,6 @@ from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
 from router.transactions import (
     Commits,
-    Delivered,
     Failed,
     PartitionKey,
     PartitionTransactions,
@@ -195,19 +192,12 @@ class BatchEnd:
         owned.store.put_meta("seq", str(owned.durability.seq).encode())
         owned.store.flush()
 
-    def check_ownership(self, after_write: bool = False,
-                        assigned: set[tuple[str, int]] | None = None) -> None:
-        """Refuse to write for partitions this worker may no longer own (router.ownership).
-        ``assigned``: the consumer's assignment as read before (the background end of a
-        batch may not ask the consumer: see :meth:`_send`)."""
-        if assigned is None:
-            assigned = self._assigned()
+    def check_ownership(self, after_write: bool = False) -> None:
+        """Refuse to write for partitions this worker may no longer own (router.ownership)."""
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer().assignment()}
         check_ownership(list(self.owned), {r: rt.settings.inputs for r, rt in self.routes.items()},
                         assigned, self.clock.since_poll(), self.clock.max_poll_s,
                         after_write=after_write)
-
-    def _assigned(self) -> set[tuple[str, int]]:
-        return {(tp.topic, tp.partition) for tp in self.consumer().assignment()}
 
     def _transaction_keys(self) -> set[PartitionKey]:
         """The partitions in this batch's transactions: those with a checkpoint to write or
@@ -225,32 +215,18 @@ class BatchEnd:
             if self.writer.queue and fire("after-checkpoint"):
                 os._exit(137)
         if self.writer.queue:
-            self._send(None)()
+            self._send(None)
             pause_at("pause-before-commit")
 
-    def _send(self, txn: PartitionTransactions | None) -> Delivered:
+    def _send(self, txn: PartitionTransactions | None) -> list[Owned]:
         """Produce the batch's queued output (through the partitions' transactional
-        producers, if any), checking ownership right before; returns what waits for its
-        delivery and checks ownership after it (with transactions: in the background,
-        router.transactions.write_batch)."""
+        producers, if any), checking ownership right before and after."""
         self.check_ownership()  # again, as late as possible before writing
         self.writer.fence_foreign_writes(self.owned.values())
-        delivery = self.writer.start(self.owned.values(),
-                                     None if txn is None else txn.producer_of)
-        # The assignment is read here, once the output is produced: the check after delivery
-        # may run in the background while the main thread's consume serves a rebalance, and
-        # asking the consumer then blocks until the rebalance is served, which waits for this
-        # batch: a deadlock. Nothing is lost by it: the rebalance callbacks wait for this batch
-        # before the group can move a partition, and a partition lost meanwhile (the session
-        # expired) has a new owner whose takeover fences this worker's commit.
-        assigned = self._assigned()
-
-        def delivered() -> list[Owned]:
-            written = delivery.wait(lambda: self.clock.left(0.9))
-            self.check_ownership(after_write=True, assigned=assigned)
-            return written
-
-        return delivered
+        written = self.writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
+                                      None if txn is None else txn.producer_of)
+        self.check_ownership(after_write=True)
+        return written
 
     def _purge(self) -> None:
         """Drop identities older than each partition's retention window from its store."""

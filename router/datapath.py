@@ -28,9 +28,8 @@ replayed, and a fenced worker (a newer owner exists) gives up its partitions and
 There the order inside a transaction does not matter, so step 2 already produces each
 partition's forwards into its transaction as they are decided (router.inline_output), after
 the ownership and foreign-write checks of step 4 for that partition; step 5's store flush
-runs in each partition's commit thread once it committed; and the wait for step 4's delivery,
-the checks after it and the commits run while the next batch is consumed (step 1), settled
-before any of its records is decided (router.batch_end).
+runs in each partition's commit thread once it committed; and the commits complete while the
+next batch is consumed (step 1), before any of its records is decided (router.batch_end).
 
 The per-record loop of step 2 runs compiled where it can (router.compiled); the interpreted
 loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.
@@ -185,10 +184,7 @@ class DataPath:
 
     def _shutdown(self) -> None:
         if self._end is not None:
-            try:
-                self._end.wait()  # the last batch's commits (its stores flush in their threads)
-            except RouterError as exc:
-                log.warning("the last batch did not commit: %s", exc)
+            self._end.wait()  # the last batch's commits (its stores flush in their threads)
         if self._writer is not None:
             self._writer.probe.close()
         if self._consumer is not None:

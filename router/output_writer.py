@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -149,9 +148,9 @@ class OutputWriter:
         for owned, tp in zip(writing, tps, strict=True):
             latest = ends[(tp.topic, tp.partition)]
             if latest > owned.durability.known_end:
-                self.absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
+                self._absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
 
-    def absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
+    def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
                         end: int = 0) -> None:
         """Read output ``owned.partition`` from ``start`` to its end and take in every record
         not in ``ours`` (bg.src -> how many of them this worker delivered since ``start``):
@@ -221,15 +220,12 @@ class OutputWriter:
 
     def produce(self, parts: Iterable[Owned], budget_s: Callable[[], float],
                 producer_of: Callable[[str, int], Producer] | None = None) -> list[Owned]:
-        """Produce the queued batch and wait for it (:meth:`start` then
-        :meth:`Delivery.wait`). Returns the partitions whose output partition was written."""
-        return self.start(parts, producer_of).wait(budget_s)
-
-    def start(self, parts: Iterable[Owned],
-              producer_of: Callable[[str, int], Producer] | None = None) -> Delivery:
-        """Produce the queued batch; its :class:`Delivery` waits for it and checks it.
-        ``producer_of(topic, partition)``: the partition's transactional producer
-        (router.transactions), else the worker's one."""
+        """Produce the queued batch and wait (at most ``budget_s()`` seconds, at least one);
+        then check that each output partition received exactly our records, contiguously
+        after the end we knew (anything else in between was written by another writer, or
+        twice by a retry: absorbed and reported). ``producer_of(topic, partition)``: the
+        partition's transactional producer (router.transactions), else the worker's one.
+        Returns the partitions whose output partition was written."""
         errors: list[str] = []
 
         def on_delivery(err: Any, _msg: Any) -> None:
@@ -271,41 +267,23 @@ class OutputWriter:
                     break
                 except BufferError:
                     producer.poll(0.05)
-        used = list({id(pr): pr for pr, _ in sinks.values()}.values()) \
-            if producer_of is not None else [self.producer]
+        used = {id(pr): pr for pr, _ in sinks.values()} if producer_of is not None \
+            else {id(self.producer): self.producer}
         batch, self.queue = self.queue, []
-        return Delivery(self, writing, batch, used, errors)
-
-
-@dataclass
-class Delivery:
-    """A produced batch, not yet known to be delivered."""
-
-    writer: OutputWriter
-    writing: list[Owned]     # partitions with output records in the batch
-    batch: list[Output]
-    producers: list[Producer]
-    errors: list[str]        # filled by the delivery reports
-
-    def wait(self, budget_s: Callable[[], float]) -> list[Owned]:
-        """Wait for delivery (at most ``budget_s()`` seconds, at least one); then check that
-        each output partition received exactly our records, contiguously after the end we
-        knew (anything else in between was written by another writer, or twice by a retry:
-        absorbed and reported). Returns the partitions whose output partition was written."""
-        left = sum(pr.flush(max(budget_s(), 1.0)) for pr in self.producers)
-        if self.errors or left:
-            why = self.errors[0] if self.errors else f"{left} not delivered"
-            raise OutputWriteFailed(f"output produce failed ({why}); the worker stops and "
-                                    "resumes from its checkpoint")
-        for owned in self.writing:
+        left = sum(pr.flush(max(budget_s(), 1.0)) for pr in used.values())
+        if errors or left:
+            raise OutputWriteFailed("output produce failed "
+                                    f"({errors[0] if errors else f'{left} not delivered'}); "
+                                    "the worker stops and resumes from its checkpoint")
+        for owned in writing:
             dur = owned.durability
             start = dur.known_end
             if not dur.take_delivery():
                 out, part = owned.route.settings.output, owned.partition
                 ours: dict[bytes, int] = {}
-                for topic, p, _key, _value, _headers, src in self.batch:
+                for topic, p, _key, _value, _headers, src in batch:
                     if topic == out and p == part and src is not None:
                         ours[src] = ours.get(src, 0) + 1
-                self.writer.absorb_foreign(owned, start, ours)
+                self._absorb_foreign(owned, start, ours)
             dur.settle_delivery()
-        return self.writing
+        return writing

@@ -91,8 +91,6 @@ class PartitionTransactions:
         self.producers: dict[PartitionKey, Producer] = {}
         self.open: set[PartitionKey] = set()   # begun in this batch
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
-        # A batch's delivery wait, checks and commits, while the next batch is consumed
-        self.ender = ThreadPoolExecutor(1, thread_name_prefix="txn-end")
         self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
         for rs in settings.routes:
             for topic in (rs.output, rs.dead_letter, rs.shadow):
@@ -140,7 +138,6 @@ class PartitionTransactions:
 
     def close(self) -> None:
         self.drop(list(self.producers))
-        self.ender.shutdown()
         self.pool.shutdown()
 
     # -- one batch --------------------------------------------------------------------------
@@ -231,16 +228,15 @@ class Failed(NamedTuple):
 
 
 def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
-                keys: set[PartitionKey], queued: bool, send: Callable[[], Delivered],
+                keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]],
                 settle: Callable[[PartitionKey], None]) -> Failed | Commits:
-    """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the output
-    writer's produce, after the ownership checks), then, in the background: the wait for the
-    output's delivery and the checks after it (what ``send()`` returned: it returns the
-    partitions whose output partition was written), and the commits, each followed in its
-    thread by ``settle(key)`` once it succeeded (the partition's dedup store flush: its CPU then
-    overlaps the other partitions' commit round trips). Returned in flight (:class:`Commits`);
-    a batch aborted before it was sent returns its :class:`Failed` at once."""
-    delivered: Delivered | None = None
+    """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
+    output writer's produce, with the ownership checks; it returns the partitions whose output
+    partition was written), then the commits, each followed in its thread by ``settle(key)``
+    once it succeeded (the partition's dedup store flush: its CPU then overlaps the other
+    partitions' commit round trips). The commits are returned in flight (:class:`Commits`);
+    a batch aborted before them returns its :class:`Failed` at once."""
+    written: list[Owned] = []
     try:
         txn.begin(keys)
         if queued:
@@ -251,9 +247,13 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
             txn.flush(keys)
             os._exit(137)
         if queued:
-            delivered = send()
+            written = send()
+            raise_at("txn-after-send")
+            pause_at("pause-before-commit")
     except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
-        return _aborted(txn, keys, exc)
+        log.warning("batch aborted before its commit (%s)", exc)
+        fenced = txn.abort(keys)
+        return Failed(keys - fenced, fenced)
     order = sorted(keys)
 
     def commit_then_settle(key: PartitionKey) -> RouterError | None:
@@ -262,51 +262,25 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
             settle(key)
         return error
 
-    def deliver_then_commit() -> Failed:
-        written: list[Owned] = []
-        try:
-            if delivered is not None:
-                written = delivered()
-                raise_at("txn-after-send")
-                pause_at("pause-before-commit")
-        except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
-            return _aborted(txn, keys, exc)
-        futures = [txn.pool.submit(commit_then_settle, key) for key in order]
-        return _committed(order, futures, written)
-
-    return Commits(txn.ender.submit(deliver_then_commit))
-
-
-# Waits for a sent batch's delivery, checks it and ownership after it; the partitions written.
-Delivered = Callable[[], list[Owned]]
-
-
-def _aborted(txn: PartitionTransactions, keys: set[PartitionKey], exc: Exception) -> Failed:
-    log.warning("batch aborted before its commit (%s)", exc)
-    fenced = txn.abort(keys)
-    return Failed(keys - fenced, fenced)
+    return Commits(order, [txn.pool.submit(commit_then_settle, key) for key in order], written)
 
 
 @dataclass
 class Commits:
-    """A batch sent, whose delivery wait, checks and commits run in the background (the
-    partitions' stores flush there too, once committed): :func:`wait_commits`. Why not wait
-    at once: the delivery and the commits are round trips (~15-25 ms a batch here), in which
-    the worker can already consume the next batch (router.batch_end)."""
+    """A batch's commits, issued (each in a thread of its own, followed there by the
+    partition's store flush) and not waited for yet: :func:`wait_commits`. Why not wait at
+    once: a commit is a round trip to the transaction coordinator (~10 ms a batch here), in
+    which the worker can already consume the next batch (router.batch_end)."""
 
-    future: Future[Failed]
+    order: list[PartitionKey]
+    futures: list[Future[RouterError | None]]
+    written: list[Owned]   # partitions whose output partition the batch wrote
 
 
 def wait_commits(commits: Commits) -> Failed:
-    """Wait for a batch's commits; the partitions that did not commit. Raises what the
-    checks after delivery raised (router.errors.OwnershipLost)."""
-    return commits.future.result()
-
-
-def _committed(order: list[PartitionKey], futures: list[Future[RouterError | None]],
-               written: list[Owned]) -> Failed:
+    """Wait for a batch's commits; the partitions that did not commit."""
     failed = Failed(set(), set())
-    for key, future in zip(order, futures, strict=True):
+    for key, future in zip(commits.order, commits.futures, strict=True):
         error = future.result()
         if isinstance(error, BatchAborted):
             log.warning("%s", error)
@@ -314,7 +288,7 @@ def _committed(order: list[PartitionKey], futures: list[Future[RouterError | Non
         elif isinstance(error, ProducerFenced):
             log.error("%s", error)
             failed.fenced.add(key)
-    for owned in written:
+    for owned in commits.written:
         if (owned.route.settings.name, owned.partition) not in failed.aborted | failed.fenced:
             owned.durability.committed()
     return failed

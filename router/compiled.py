@@ -20,6 +20,7 @@ log says which.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -81,6 +82,43 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
                              partition=owned.partition, output=rs.output, stream=stream,
                              queue=queue)
     return run
+
+
+class CompiledLoop:
+    """Decides a consumed batch with compiled runs: each partition's stretch of records as far
+    as they are the common case; every record a run leaves, and every stretch no run can
+    serve, goes to ``interpreted`` (router.datapath.DataPath._handle_all). ``run_for(tp)``
+    makes the run of raw partition ``tp`` for the batch (None: interpreted)."""
+
+    def __init__(self, interpreted: Callable[[list[Message]], None],
+                 run_for: Callable[[tuple[str, int]], Run | None]) -> None:
+        self.interpreted = interpreted
+        self.run_for = run_for
+        self._runs: dict[tuple[str, int], Run | None] = {}
+
+    def handle(self, msgs: list[Message]) -> None:
+        runs = self._runs
+        runs.clear()  # a run holds the batch's output stream and queue
+        i, n = 0, len(msgs)
+        while i < n:
+            msg = msgs[i]
+            run = None
+            if msg.error() is None:
+                tp = (msg.topic(), msg.partition())
+                if tp in runs:
+                    run = runs[tp]
+                else:
+                    run = runs[tp] = self.run_for(tp)
+            j = run.scan(msgs, i) if run is not None else -1
+            if j < 0:
+                j = stretch_end(msgs, i)
+            elif j == i:
+                j = i + 1
+            else:
+                i = j
+                continue
+            self.interpreted(msgs[i:j])
+            i = j
 
 
 def stretch_end(msgs: list[Message], start: int) -> int:

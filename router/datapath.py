@@ -116,8 +116,8 @@ class DataPath:
         self._fenced = False   # this batch's outputs checked for another writer's records
         self._end: BatchEnd | None = None
         # The per-record path: compiled where it can (router.compiled), else interpreted.
-        self._handle = self._handle_compiled if compiled.enabled() else self._handle_all
-        self._runs: dict[tuple[str, int], compiled.Run | None] = {}
+        self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
+                        if compiled.enabled() else self._handle_all)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -300,42 +300,15 @@ class DataPath:
                 d.record.ref = Ref(topic, off, headers, dur.out_pos)
                 self._act(owned, [d])
 
-    def _handle_compiled(self, msgs: list[Message]) -> None:
-        """Decide a consumed batch with the compiled path (router.compiled): it takes each
-        partition's stretch of records as far as they are the common case, and every record
-        it leaves (and every stretch it cannot serve) is decided by :meth:`_handle_all`."""
-        runs = self._runs
-        runs.clear()
-        i, n = 0, len(msgs)
-        while i < n:
-            run = self._run_at(msgs[i])
-            j = run.scan(msgs, i) if run is not None else -1
-            if j < 0:
-                j = compiled.stretch_end(msgs, i)
-            elif j == i:
-                j = i + 1
-            else:
-                i = j
-                continue
-            self._handle_all(msgs[i:j])
-            i = j
-
-    def _run_at(self, msg: Message) -> compiled.Run | None:
-        """The compiled run of ``msg``'s partition in this batch; None where the interpreted
-        path decides it (an error, a partition not owned, a route with a shadow topic)."""
-        if msg.error() is not None:
-            return None
-        tp = (msg.topic(), msg.partition())
-        if tp in self._runs:
-            return self._runs[tp]
+    def _run_for(self, tp: tuple[str, int]) -> compiled.Run | None:
+        """The compiled run of raw partition ``tp`` in this batch (router.compiled); None
+        where the interpreted path decides it (a partition not owned, a route with a shadow
+        topic)."""
         assert self._parts is not None and self._writer is not None
         owned = self._parts.by_tp.get(tp)
-        run = None
-        if owned is not None and owned.route.settings.shadow is None:
-            run = compiled.make_run(owned, tp[0], self._stream(owned, False),
-                                    self._writer.queue)
-        self._runs[tp] = run
-        return run
+        if owned is None or owned.route.settings.shadow is not None:
+            return None
+        return compiled.make_run(owned, tp[0], self._stream(owned, False), self._writer.queue)
 
     def _sender(self, owned: Owned, general: bool) -> Forward:
         """How a run of ``owned``'s records sends its forwards: with transactions, produced

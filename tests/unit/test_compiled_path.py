@@ -3,7 +3,8 @@ generated records: every output, in order, and every piece of state must be equa
 
 Two data paths are given the same owned partitions (each its own real RocksDB dedup store),
 the same plans between batches and the same consumed batches (real ``confluent_kafka.Message``
-objects); one decides with ``_handle_all``, the other with ``_handle_compiled``. The records
+objects); one decides with ``_handle_all``, the other with the compiled loop
+(``router.compiled.CompiledLoop``). The records
 mix what the compiled path takes (well-formed data of either version) with everything it must
 leave (heartbeats, malformed and unusual headers, error records, poison timestamps, records
 older than the retention, duplicates, records the ordered handover holds, identities the
@@ -268,7 +269,7 @@ def test_the_compiled_path_decides_as_the_interpreted_one(
                     dp._apply_everywhere(plan)
             (a, pa), (c, pc) = worlds
             a._handle_all(list(msgs))
-            c._handle_compiled(list(msgs))
+            compiled.CompiledLoop(c._handle_all, c._run_for).handle(list(msgs))
             assert _state(c, pc) == _state(a, pa), f"batch {b}"
             for dp, _ in worlds:
                 _end_batch(dp)

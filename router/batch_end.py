@@ -72,22 +72,14 @@ NOTHING_STALE = Stale()
 
 
 @dataclass
-class InFlight:
-    """A batch whose commits are in flight."""
-
-    commits: Commits
-    dirty: list[Owned]                         # partitions whose checkpoint the batch wrote
-    offsets: dict[PartitionKey, dict[str, int]]  # their resume offsets
-
-
-@dataclass
 class Ended:
-    """A batch written (committed, or not: ``failed``; None without transactions), not
-    settled yet."""
+    """A batch written and not settled yet: its commits in flight (``commits``), or what
+    they left (``failed``: the partitions that did not commit; None without transactions)."""
 
-    failed: Failed | None
-    dirty: list[Owned]
-    offsets: dict[PartitionKey, dict[str, int]]
+    dirty: list[Owned]                           # partitions whose checkpoint the batch wrote
+    offsets: dict[PartitionKey, dict[str, int]]  # their resume offsets
+    commits: Commits | None = None
+    failed: Failed | None = None
 
 
 @dataclass
@@ -107,8 +99,7 @@ class BatchEnd:
     consumer: Callable[[], Consumer]
     recover: Callable[[Failed], Stale]
     _last_purge: float = field(default_factory=time.monotonic)
-    _flight: InFlight | None = None   # the last batch's commits, in flight
-    _pending: Ended | None = None     # the last batch, committed (or not), to settle
+    _ended: Ended | None = None   # the last batch, to settle before the next is decided
 
     def complete(self) -> bool:
         """Make the batch durable; True if it had output to write."""
@@ -135,13 +126,13 @@ class BatchEnd:
                               self.flush_store)
             writer.queue.clear()
             if isinstance(got, Commits):  # settled by finish(), after the next consume
-                self._flight = InFlight(got, dirty, offsets)
+                self._ended = Ended(dirty, offsets, commits=got)
             else:
-                self._pending = Ended(got, dirty, offsets)
+                self._ended = Ended(dirty, offsets, failed=got)
                 self.finish()
         else:
             self._write_checkpoint_first(ckpts)
-            self._pending = Ended(None, dirty, offsets)
+            self._ended = Ended(dirty, offsets)
             self.finish()
         return pending_out > 0
 
@@ -150,9 +141,9 @@ class BatchEnd:
         :meth:`finish`. Called before the group gives or takes partitions (in the rebalance
         callbacks, where a partition cannot be taken over again or the group rejoined), so
         that no partition changes hands mid-commit."""
-        flight, self._flight = self._flight, None
-        if flight is not None:
-            self._pending = Ended(wait_commits(flight.commits), flight.dirty, flight.offsets)
+        ended = self._ended
+        if ended is not None and ended.commits is not None:
+            ended.failed, ended.commits = wait_commits(ended.commits), None
 
     def finish(self) -> Stale:
         """Settle the last batch before anything of the next one is decided: wait for its
@@ -161,7 +152,7 @@ class BatchEnd:
         Returns the records the next batch must not decide (consumed before a partition was
         taken over again: read again from its checkpoint)."""
         self.wait()
-        ended, self._pending = self._pending, None
+        ended, self._ended = self._ended, None
         if ended is None:
             return NOTHING_STALE
         stale = NOTHING_STALE if ended.failed is None else self.recover(ended.failed)

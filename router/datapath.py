@@ -57,7 +57,7 @@ from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
 from router.errors import RouterError
-from router.gc_pause import batch_gc_pause
+from router.gc_pause import batch_gc_pause, freeze_start_up
 from router.held_reads import read_before, rewind_if_changed
 from router.inline_output import Forward, InlineStream
 from router.kafka_io import (
@@ -162,6 +162,7 @@ class DataPath:
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s",
                  self.worker_id, sorted(self.routes), "on" if self._txn is not None else "off",
                  compiled.path_name())
+        freeze_start_up()
         try:
             while not self.stop_event.is_set():
                 self.step()

@@ -5,6 +5,11 @@ written (the messages, their header lists, the queued outputs); then reference c
 them all at once. With the cyclic collector running, CPython scans and promotes those objects
 many times over in between, for nothing: measured at ~20% of the router's time on the
 throughput benchmark. Nothing the data path builds per record forms a reference cycle.
+
+Between batches (while the next one is consumed) the collector runs, and each of its full
+passes walked every object the worker made at start-up (modules, settings, clients, models):
+:func:`freeze_start_up` takes those out of its reach once the worker is up. Measured on the
+router benchmark: 4.06-4.13 vs 4.33-4.58 us of CPU per raw record (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -36,3 +41,11 @@ def batch_gc_pause() -> Iterator[None]:
             _active -= 1
             if _active == 0 and _was_enabled:
                 gc.enable()
+
+
+def freeze_start_up() -> None:
+    """Collect once, then move every object alive now into the collector's permanent
+    generation (:func:`gc.freeze`): they are never scanned again. Objects made later are
+    collected as before. Called once, when the worker is up and before its first batch."""
+    gc.collect()
+    gc.freeze()

@@ -40,6 +40,31 @@ def pass_batch(producer: Producer, out: str, msgs: list[Message]) -> int:
     return n
 
 
+def forward_primary(producers: list[Producer], out: str, msgs: list[Message],
+                    primary: bytes) -> int:
+    """The transactional floor's batch (tests/bench/test_router_bench.py): produce the
+    records whose version (the tagger's first header) is ``primary`` to ``out``, each through
+    its partition's producer; heartbeats and the other version are dropped unread. Returns how
+    many records were consumed."""
+    n = 0
+    for m in msgs:
+        if m.error():
+            continue
+        n += 1
+        h = m.headers()
+        if not h or h[0][1] != primary:
+            continue
+        p = m.partition()
+        producer = producers[p]
+        while True:
+            try:
+                producer.produce(out, m.value(), m.key(), partition=p, headers=h)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    return n
+
+
 def run(bootstrap: str, raw: str, out: str, stop: threading.Event,
         fetch_wait_ms: int | None = None) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"passthrough-{raw}",

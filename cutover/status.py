@@ -80,6 +80,7 @@ class Counters(BaseModel):
     dead_lettered: int = 0
     held: int = 0
     pauses: int = 0
+    reread: int = 0
 
     def add(self, other: Counters) -> Counters:
         sup = dict(self.suppressed)
@@ -88,7 +89,8 @@ class Counters(BaseModel):
         return Counters(forwarded=self.forwarded + other.forwarded, suppressed=sup,
                         duplicates=self.duplicates + other.duplicates,
                         dead_lettered=self.dead_lettered + other.dead_lettered,
-                        held=self.held + other.held, pauses=self.pauses + other.pauses)
+                        held=self.held + other.held, pauses=self.pauses + other.pauses,
+                        reread=self.reread + other.reread)
 
 
 class RouteStatus(BaseModel):

@@ -67,6 +67,16 @@ class Stale:
         return [m for m in msgs
                 if m.error() is not None or (m.topic(), m.partition()) not in self.partitions]
 
+    def dropped(self, msgs: list[Message]) -> dict[tuple[str, int], int]:
+        """How many of ``msgs`` are stale, per raw partition (topic, partition)."""
+        counts: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            if m.error() is None:
+                tp = (m.topic(), m.partition())
+                if self.every or tp in self.partitions:
+                    counts[tp] = counts.get(tp, 0) + 1
+        return counts
+
 
 NOTHING_STALE = Stale()
 

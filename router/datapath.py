@@ -228,6 +228,7 @@ class DataPath:
             assert self._end is not None
             stale = self._end.finish()  # the last batch's commits ran during the consume
             if stale:
+                self._count_reread(stale.dropped(msgs))
                 fresh = stale.fresh(msgs)
                 log.warning("%d consumed records dropped: read again from the checkpoints of "
                             "partitions taken over again", len(msgs) - len(fresh))
@@ -360,6 +361,16 @@ class DataPath:
         self._act(owned, owned.router.observe(inc))
         if owned.bound.topics:
             rewind_if_changed(self._consumer, owned)
+
+    def _count_reread(self, dropped: dict[tuple[str, int], int]) -> None:
+        """Count the dropped records on the partitions they will be read again by (the status'
+        ``reread``); a partition not owned any more (the worker rejoined) counts nowhere: its
+        next owner reads them."""
+        assert self._parts is not None
+        for tp, n in dropped.items():
+            owned = self._parts.by_tp.get(tp)
+            if owned is not None:
+                owned.router.counters.reread += n
 
     def _consumer_error(self, msg: Message) -> None:
         err = msg.error()

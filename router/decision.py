@@ -137,6 +137,7 @@ class PartitionCounters:
     dead_lettered: int = 0
     suppressed: dict[str, int] = field(default_factory=dict)
     pauses: int = 0              # times the partition reached max_held and paused
+    reread: int = 0              # consumed, dropped after a failed commit, read again
 
 
 class DedupLookup(Protocol):

@@ -87,7 +87,8 @@ class StatusBoard:
             c = pr.counters
             counters = counters.add(Counters(
                 forwarded=c.forwarded, suppressed=dict(c.suppressed), duplicates=c.duplicates,
-                dead_lettered=c.dead_lettered, held=held, pauses=c.pauses))
+                dead_lettered=c.dead_lettered, held=held, pauses=c.pauses,
+                reread=c.reread))
         transition = readiness(plan, progress, num_partitions, utcnow())
         return RouteStatus(route=route, epoch=plan.epoch if plan else None,
                            transition=transition, partitions=parts,
@@ -157,6 +158,8 @@ class StatusBoard:
             ("held", "gauge", "records held for ordered handover", lambda s: s.counters.held),
             ("pauses_total", "counter", "times a partition reached max_held and paused",
              lambda s: s.counters.pauses),
+            ("reread_total", "counter", "records consumed while their partition's commit "
+             "failed, dropped and read again from its checkpoint", lambda s: s.counters.reread),
             ("paused_partitions", "gauge", "partitions paused at max_held now",
              lambda s: sum(ps.paused for ps in s.partitions.values())),
             ("plan_epoch", "gauge", "epoch of the plan in force", lambda s: s.epoch or 0),

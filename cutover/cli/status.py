@@ -86,7 +86,8 @@ def _print_table(v: RouteView) -> None:
     c = v.counters
     sup = ", ".join(f"{k}={n}" for k, n in sorted(c.suppressed.items())) or "0"
     print(f"  forwarded {c.forwarded}  suppressed {sup}  duplicates {c.duplicates}  "
-          f"dead-lettered {c.dead_lettered}  held {c.held}  pauses {c.pauses}")
+          f"dead-lettered {c.dead_lettered}  held {c.held}  pauses {c.pauses}"
+          + (f"  read again {c.reread}" if c.reread else ""))
     if v.rejections:
         r = v.rejections[-1]
         print(f"  last rejected plan: epoch {r.epoch}: {r.reason}")

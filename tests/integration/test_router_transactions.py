@@ -16,7 +16,15 @@ import pytest
 
 from cutover.broker import BrokerUnderTest
 from router.kafka_io import base_conf, read_to_end
-from tests.integration.harness import Env, Job, RouterProcess, check_output, events, produce_raw
+from tests.integration.harness import (
+    Env,
+    Job,
+    RouterProcess,
+    check_output,
+    events,
+    produce_raw,
+    run_cli_json,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -104,6 +112,9 @@ def test_records_consumed_while_a_commit_fails_are_read_again(
         assert "commit failed (failpoint txn-commit-fails)" in text, text[-3000:]
         dropped = re.findall(r"(\d+) consumed records dropped", text)
         assert dropped and int(dropped[0]) > 0, text[-3000:]
+        reread = sum(int(n) for n in dropped)  # the status counts them on their partition
+        env.wait_for(f"the status counting {reread} records read again",
+                     lambda: run_cli_json(env)["counters"]["reread"] == reread)
         router.assert_alive()
         assert text.count("took over partitions") == 1, "the worker restarted or rejoined"
     finally:

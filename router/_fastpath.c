@@ -13,11 +13,15 @@
  * computed. The caller (router.compiled) decides that record interpreted and starts the next
  * run after it. The rule therefore has one definition, the Python one; this file is a faster
  * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
- * records (generated) and compares every output and every piece of state. */
+ * records (generated) and compares every output and every piece of state. Consumed records are
+ * read directly where their layout was checked (CKMessage below); tests/integration/
+ * test_direct_reads.py compares those reads with the accessors on records from a broker. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "_blake2b.h"
 
@@ -32,7 +36,8 @@ static PyObject *known_versions;        /* cutover.headers._known_versions: byte
 static PyObject *record_identity;       /* router.identity.record_identity */
 static PyObject *kafka_exception;       /* confluent_kafka.KafkaException */
 static PyObject *envelope_names;        /* frozenset of the tagger's header names */
-static PyObject *h_version, *h_event_time, *h_watermark, *h_batch, *h_src;
+static PyObject *h_version, *h_event_time, *h_watermark, *h_batch, *h_kind, *h_src;
+static const char *c_names[5];          /* the same names in UTF-8: version, ..., kind */
 static PyObject *poll_timeout;          /* 0.05: as InlineStream.send waits on a full queue */
 
 static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_timestamp, *s_key,
@@ -82,6 +87,9 @@ typedef struct {
     Py_ssize_t nfwd, nsent;
     int64_t first_sent;
     PyObject *sup_version;  /* borrowed from known_versions (kept alive by it) */
+    /* the versions read directly from librdkafka's headers in this scan: raw value -> str */
+    PyObject *vc_raw[4], *vc_ver[4];
+    int nvc;
     Py_ssize_t sup_count;
     int stream_mode;
     PyObject *producer;
@@ -99,6 +107,36 @@ static PyObject *message_type;
 static PyObject *accessor[M_N];
 static PyObject **accessor_name[M_N] = {&s_error, &s_topic, &s_partition, &s_offset,
                                         &s_headers, &s_timestamp, &s_key, &s_value};
+
+/* A consumed confluent_kafka.Message read directly, without its accessors: its fields, and its
+ * headers from librdkafka (rd_kafka_header_cnt/get_all) while Python has not converted them.
+ * A suppressed record (half of all) then costs no Python object at all; through the accessors
+ * it cost a headers list of 4 tuples, 4 names and 4 values, an offset, a partition and a
+ * timestamp tuple. The layout is confluent_kafka.h's Message (confluent-kafka 2.16);
+ * use_direct_reads() checks it on a constructed Message and finds librdkafka's two functions
+ * in the library the client loaded, or leaves ``direct`` off (the accessors). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *topic;
+    PyObject *value;
+    PyObject *key;
+    PyObject *headers;     /* the converted list, once headers() was called; else NULL */
+    void *c_headers;       /* librdkafka's rd_kafka_headers_t, until then; NULL if none */
+    PyObject *error;
+    int32_t partition;
+    int64_t offset;
+    int32_t leader_epoch;
+    int64_t timestamp;
+    int tstype;
+    int64_t latency;
+    int16_t delivery_count;
+} CKMessage;
+
+typedef size_t (*header_cnt_fn)(const void *);
+typedef int (*header_get_all_fn)(const void *, size_t, const char **, const void **, size_t *);
+static header_cnt_fn header_cnt;
+static header_get_all_fn header_get_all;
+static int direct = 0;
 
 static PyObject *msg_get(PyObject *msg, int which) {
     if ((PyObject *)Py_TYPE(msg) == message_type && accessor[which] != NULL)
@@ -131,6 +169,11 @@ static int get_i64(PyObject *obj, PyObject *name, int64_t *out, int *is_none) {
 static void scan_release(Scan *s) {
     for (int k = 0; k < s->nlive; k++) PyBuffer_Release(&s->live[k]);
     s->nlive = 0;
+    for (int k = 0; k < s->nvc; k++) {
+        Py_CLEAR(s->vc_raw[k]);
+        Py_CLEAR(s->vc_ver[k]);
+    }
+    s->nvc = 0;
     Py_CLEAR(s->prims);
     Py_CLEAR(s->counters);
     Py_CLEAR(s->suppressed);
@@ -410,6 +453,72 @@ static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
     return 1;
 }
 
+/* The version str of a raw version value read from librdkafka: cached per scan (a partition's
+ * records carry one or two versions), else known_versions looked up as recognize() does. */
+static PyObject *version_of(Scan *s, const char *raw, size_t size) {
+    for (int k = 0; k < s->nvc; k++) {
+        PyObject *b = s->vc_raw[k];
+        if ((size_t)PyBytes_GET_SIZE(b) == size && memcmp(PyBytes_AS_STRING(b), raw, size) == 0)
+            return s->vc_ver[k];
+    }
+    PyObject *b = PyBytes_FromStringAndSize(raw, (Py_ssize_t)size);
+    if (b == NULL) return NULL;
+    PyObject *v = PyDict_GetItemWithError(known_versions, b);
+    if (v == NULL || s->nvc == 4) {
+        Py_DECREF(b);
+        return v;  /* borrowed: known_versions keeps it */
+    }
+    Py_INCREF(v);
+    s->vc_raw[s->nvc] = b;
+    s->vc_ver[s->nvc++] = v;
+    return v;
+}
+
+/* recognize() over librdkafka's headers, with the same answers: -1 error, 0 not the data
+ * layout, or a header name that is not ASCII (the accessors then: Python decodes names), 1
+ * recognized. */
+static int recognize_c(Scan *s, const void *hdrs, PyObject **version, int64_t *t) {
+    if (hdrs == NULL) return 0;
+    size_t n = header_cnt(hdrs);
+    if (n < 4) return 0;
+    const char *name;
+    const void *vals[4];
+    size_t sizes[4];
+    for (int k = 0; k < 4; k++) {
+        if (header_get_all(hdrs, n - 4 + (size_t)k, &name, &vals[k], &sizes[k]) != 0) return 0;
+        if (strcmp(name, c_names[k]) != 0) return 0;
+    }
+    for (int k = 1; k < 4; k++) {
+        if (vals[k] == NULL || sizes[k] == 0) return 0;
+        const char *p = vals[k];
+        for (size_t j = 0; j < sizes[k]; j++)
+            if (p[j] < '0' || p[j] > '9') return 0;
+    }
+    for (size_t j = 0; j + 4 < n; j++) {
+        const void *val;
+        size_t size;
+        if (header_get_all(hdrs, j, &name, &val, &size) != 0) return 0;
+        for (const char *p = name; *p; p++)
+            if ((unsigned char)*p >= 0x80) return 0;
+        for (int k = 0; k < 5; k++)
+            if (strcmp(name, c_names[k]) == 0) return 0;
+    }
+    if (vals[0] == NULL) return 0;
+    PyObject *v = version_of(s, vals[0], sizes[0]);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) return 0;
+        PyErr_Clear();  /* as recognize() */
+        return 0;
+    }
+    if (sizes[1] > 18) return 0;  /* int() of more digits: interpreted */
+    const char *p = vals[1];
+    int64_t x = 0;
+    for (size_t j = 0; j < sizes[1]; j++) x = x * 10 + (p[j] - '0');
+    *version = v;
+    *t = x;
+    return 1;
+}
+
 static void put_len(b2b_state *st, PyObject *b) {
     static const uint8_t none[4] = {0xff, 0xff, 0xff, 0xff};
     if (b == Py_None) {
@@ -590,38 +699,56 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *r = NULL, *headers = NULL, *key = NULL, *value = NULL, *ident = NULL;
     while (i < PyList_GET_SIZE(msgs)) {
         PyObject *msg = PyList_GET_ITEM(msgs, i);
-        r = msg_get(msg, M_ERROR);
-        if (r == NULL) goto error;
-        int err = r != Py_None;
-        Py_CLEAR(r);
-        if (err) break;
-        r = msg_get(msg, M_TOPIC);
-        if (r == NULL) goto error;
-        int same = same_str(r, self->topic);
-        Py_CLEAR(r);
-        if (!same) break;
-        r = msg_get(msg, M_PARTITION);
-        if (r == NULL) goto error;
-        long p = PyLong_AsLong(r);
-        Py_CLEAR(r);
-        if (p == -1 && PyErr_Occurred()) goto error;
-        if (p != self->partition) break;
-        r = msg_get(msg, M_OFFSET);
-        if (r == NULL) goto error;
-        int64_t off = PyLong_AsLongLong(r);
-        Py_CLEAR(r);
-        if (off == -1 && PyErr_Occurred()) goto error;
-        headers = msg_get(msg, M_HEADERS);
-        if (headers == NULL) goto error;
         PyObject *version;
-        int64_t t;
-        if (!recognize(headers, &version, &t)) break;
-        r = msg_get(msg, M_TIMESTAMP);
-        if (r == NULL) goto error;
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) break;
-        int64_t written = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 1));
-        Py_CLEAR(r);
-        if (written == -1 && PyErr_Occurred()) goto error;
+        int64_t t, off, written;
+        if (direct && Py_TYPE(msg) == (PyTypeObject *)message_type) {
+            CKMessage *m = (CKMessage *)msg;
+            if (m->error != NULL && m->error != Py_None) break;
+            if (m->topic == NULL || !same_str(m->topic, self->topic)) break;
+            if (m->partition != self->partition || m->offset < 0) break;
+            off = m->offset;
+            if (m->headers != NULL) {  /* converted already: as through the accessors */
+                if (!recognize(m->headers, &version, &t)) break;
+                headers = m->headers;
+                Py_INCREF(headers);
+            } else {
+                rc = recognize_c(&s, m->c_headers, &version, &t);
+                if (rc < 0) goto error;
+                if (rc == 0) break;
+            }
+            written = m->timestamp;
+        } else {
+            r = msg_get(msg, M_ERROR);
+            if (r == NULL) goto error;
+            int err = r != Py_None;
+            Py_CLEAR(r);
+            if (err) break;
+            r = msg_get(msg, M_TOPIC);
+            if (r == NULL) goto error;
+            int same = same_str(r, self->topic);
+            Py_CLEAR(r);
+            if (!same) break;
+            r = msg_get(msg, M_PARTITION);
+            if (r == NULL) goto error;
+            long p = PyLong_AsLong(r);
+            Py_CLEAR(r);
+            if (p == -1 && PyErr_Occurred()) goto error;
+            if (p != self->partition) break;
+            r = msg_get(msg, M_OFFSET);
+            if (r == NULL) goto error;
+            off = PyLong_AsLongLong(r);
+            Py_CLEAR(r);
+            if (off == -1 && PyErr_Occurred()) goto error;
+            headers = msg_get(msg, M_HEADERS);
+            if (headers == NULL) goto error;
+            if (!recognize(headers, &version, &t)) break;
+            r = msg_get(msg, M_TIMESTAMP);
+            if (r == NULL) goto error;
+            if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) break;
+            written = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 1));
+            Py_CLEAR(r);
+            if (written == -1 && PyErr_Occurred()) goto error;
+        }
         /* PartitionRouter.suppresses / decide: the record's segment and its primary */
         Py_ssize_t seg;
         if (s.nb == 0 || t >= s.bounds[s.nb - 1]) {
@@ -706,6 +833,10 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
             in_skip = PySet_Contains(s.skip, ref);
             Py_DECREF(ref);
             if (in_skip < 0) goto error;
+        }
+        if (!in_skip && headers == NULL) {  /* read directly so far: the output needs them */
+            headers = msg_get(msg, M_HEADERS);
+            if (headers == NULL) goto error;
         }
         if (!in_skip && send(self, &s, headers, key, value, off) < 0) goto error;
         Py_CLEAR(headers);
@@ -861,10 +992,79 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     KEEP(h_event_time, et);
     KEEP(h_watermark, wm);
     KEEP(h_batch, b);
+    KEEP(h_kind, kind);
     KEEP(h_src, src);
 #undef KEEP
+    PyObject *cn[5] = {h_version, h_event_time, h_watermark, h_batch, h_kind};
+    for (int k = 0; k < 5; k++)
+        if ((c_names[k] = PyUnicode_AsUTF8(cn[k])) == NULL) return NULL;
+    direct = 0;  /* until use_direct_reads() checks the layout again */
     configured = 1;
     Py_RETURN_NONE;
+}
+
+/* Check confluent_kafka.Message's layout on ``sample`` (a Message constructed with the other
+ * arguments) and find librdkafka's header functions in ``rdkafka`` (the library the client
+ * loaded); turn direct reads on. Returns None, or why not (the accessors are used then). */
+static PyObject *use_direct_reads(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"sample", "topic", "partition", "offset", "timestamp", "headers",
+                             "rdkafka", NULL};
+    PyObject *sample, *topic, *hlist, *lib;
+    int partition;
+    long long offset, timestamp;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUiLLOO", kwlist, &sample, &topic, &partition,
+                                     &offset, &timestamp, &hlist, &lib))
+        return NULL;
+    direct = 0;
+    if (!configured || message_type == NULL)
+        return PyUnicode_FromString("configure() was not called");
+    PyTypeObject *mt = (PyTypeObject *)message_type;
+    if (Py_TYPE(sample) != mt)
+        return PyUnicode_FromString("the sample is not a confluent_kafka.Message");
+    if (mt->tp_basicsize != (Py_ssize_t)sizeof(CKMessage))
+        return PyUnicode_FromFormat("confluent_kafka.Message is %zd bytes, not %zd",
+                                    mt->tp_basicsize, (Py_ssize_t)sizeof(CKMessage));
+    CKMessage *m = (CKMessage *)sample;
+    if (m->topic == NULL || !same_str(m->topic, topic) || m->headers != hlist
+        || m->c_headers != NULL || m->error != NULL || m->partition != partition
+        || m->offset != offset || m->timestamp != timestamp)
+        return PyUnicode_FromString("confluent_kafka.Message's fields are not where expected");
+    if (lib == Py_None)
+        return PyUnicode_FromString("librdkafka was not found among the loaded libraries");
+    const char *path = PyUnicode_AsUTF8(lib);
+    if (path == NULL) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) return PyUnicode_FromFormat("%s is not loaded", path);
+    header_cnt = (header_cnt_fn)dlsym(h, "rd_kafka_header_cnt");
+    header_get_all = (header_get_all_fn)dlsym(h, "rd_kafka_header_get_all");
+    dlclose(h);  /* the client keeps it loaded */
+    if (header_cnt == NULL || header_get_all == NULL)
+        return PyUnicode_FromFormat("%s has no rd_kafka_header_get_all", path);
+    direct = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_envelope(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !direct || Py_TYPE(args[0]) != (PyTypeObject *)message_type
+        || ((CKMessage *)args[0])->headers != NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "envelope(msg): a consumed Message whose headers() was not called, "
+                        "with direct reads on");
+        return NULL;
+    }
+    CKMessage *m = (CKMessage *)args[0];
+    Scan s;
+    memset(&s, 0, sizeof s);
+    PyObject *version;
+    int64_t t;
+    int rc = recognize_c(&s, m->c_headers, &version, &t);
+    PyObject *out = rc < 0 ? NULL
+        : rc == 0 ? Py_BuildValue("(OLiL)", Py_None, (long long)m->offset, (int)m->partition,
+                                  (long long)m->timestamp)
+        : Py_BuildValue("((OL)LiL)", version, (long long)t, (long long)m->offset,
+                        (int)m->partition, (long long)m->timestamp);
+    scan_release(&s);
+    return out;
 }
 
 static PyObject *py_record_identity(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -885,6 +1085,11 @@ static PyMethodDef module_methods[] = {
      "Give the compiled path the header names, known versions, filter masks and identity."},
     {"record_identity", (PyCFunction)(void (*)(void))py_record_identity, METH_FASTCALL,
      "router.identity.record_identity, in C"},
+    {"use_direct_reads", (PyCFunction)(void (*)(void))use_direct_reads,
+     METH_VARARGS | METH_KEYWORDS,
+     "Read consumed Messages' fields and headers directly, if their layout is the expected."},
+    {"envelope", (PyCFunction)(void (*)(void))py_envelope, METH_FASTCALL,
+     "((version, event time) or None, offset, partition, timestamp) read directly (tests)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastpath",

@@ -11,6 +11,13 @@ def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift:
               version: str, event_time: str,
               watermark: str, batch: str, kind: str, src: str) -> None: ...
 
+def use_direct_reads(*, sample: Message, topic: str, partition: int, offset: int,
+                     timestamp: int, headers: list[tuple[str, bytes]],
+                     rdkafka: str | None) -> str | None: ...
+
+def envelope(msg: Message, /) -> tuple[tuple[str, int] | None, int, int, int]:
+    """((version, event time) or None, offset, partition, timestamp), read directly."""
+
 def record_identity(key: bytes | None, value: bytes | None, event_time: int, /) -> bytes: ...
 
 class Run:

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cutover import headers as hdr
 from cutover.headers import (
     BATCH,
     EVENT_TIME,
@@ -268,7 +269,14 @@ def test_the_compiled_path_decides_as_the_interpreted_one(
                 for dp, _ in worlds:
                     dp._apply_everywhere(plan)
             (a, pa), (c, pc) = worlds
+            # Both paths start from the same versions known: a version's first sighting takes
+            # the general path (cutover.headers learns it there), and queues its forward
+            # where a known version's is streamed. Without this, the compiled side always saw
+            # the versions the interpreted side had just learned.
+            known = dict(hdr._known_versions)
             a._handle_all(list(msgs))
+            hdr._known_versions.clear()
+            hdr._known_versions.update(known)
             compiled.CompiledLoop(c._handle_all, c._run_for).handle(list(msgs))
             assert _state(c, pc) == _state(a, pa), f"batch {b}"
             for dp, _ in worlds:

@@ -87,7 +87,7 @@ def _loaded_librdkafka() -> str | None:
 
 
 def _use_direct_reads() -> str | None:
-    """Turn on direct reads of consumed records (router/_fastpath.c, ``CKMessage``): None, or
+    """Turn on direct reads of consumed records (router/_message.h, ``CKMessage``): None, or
     why they stay off."""
     assert _fastpath is not None
     headers = [("cutover-layout", b"1")]

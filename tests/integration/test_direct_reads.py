@@ -1,4 +1,4 @@
-"""The compiled path's direct reads of consumed records (router/_fastpath.c, ``CKMessage``), on
+"""The compiled path's direct reads of consumed records (router/_message.h, ``CKMessage``), on
 records a real broker returned: confluent_kafka.Message's fields and librdkafka's headers read
 without the accessors must give what the accessors and ``cutover.headers.data_envelope`` give.
 

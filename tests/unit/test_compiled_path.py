@@ -77,8 +77,12 @@ class Recorder:
         self.refuse, self.fail = set(refuse), set(fail)
         self.polls = 0
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
-                partition: int, headers: Any = None, on_delivery: Any = None) -> None:
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+                partition: int = -1, callback: Any = None, on_delivery: Any = None,
+                timestamp: int = 0, headers: Any = None) -> None:
+        """confluent-kafka's signature, positions included (the compiled path passes them
+        positionally)."""
+        assert callback is None and on_delivery is None and timestamp == 0
         n = self.calls
         self.calls += 1
         if n in self.refuse:

@@ -50,6 +50,7 @@ from cutover.headers import HeaderError, RecordKind, data_envelope, parse_header
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
 from router import compiled
+from router.allocator import fastbins_off
 from router.assignment import Assignment
 from router.batch_end import NOTHING_STALE, BatchEnd, Stale
 from router.checkpoint import checkpoint_topic
@@ -159,9 +160,9 @@ class DataPath:
         self._parts.before_change = self._end.wait
         self._join()
         self.ready.set()
-        log.info("router worker %s started: routes %s, transactions %s, per-record path %s",
-                 self.worker_id, sorted(self.routes), "on" if self._txn is not None else "off",
-                 compiled.path_name())
+        log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
+                 "allocator %s", self.worker_id, sorted(self.routes),
+                 "on" if self._txn is not None else "off", compiled.path_name(), fastbins_off())
         freeze_start_up()
         try:
             while not self.stop_event.is_set():

@@ -74,12 +74,22 @@ def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> int:
     return n
 
 
-def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"pt-{raw}",
+# The loops' output producer: the router's linger (5 ms), a queue that never fills here.
+OUTPUT_PRODUCER = {"linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+                   "batch.num.messages": 10000}
+
+
+def _assigned(bootstrap: str, raw: str, group: str) -> Consumer:
+    """A consumer of every raw partition from its start, prefetching as the router does."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                   "enable.auto.commit": False, **PREFETCH})
     c.assign([TopicPartition(raw, p, 0) for p in range(PARTITIONS)])
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
-                  "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000})
+    return c
+
+
+def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
+    c = _assigned(bootstrap, raw, f"pt-{raw}")
+    p = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER})
     n = 0
     t0 = None
     while n < total:
@@ -103,13 +113,10 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> float:
     one transactional producer per partition and commits each partition's transaction per
     batch (router.transactions' shape, without checkpoints, dedup, checks or a plan). Its
     records/s over the pass-through loop's is the ceiling of the router's figure here."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"floor-{out}",
-                  "enable.auto.commit": False, **PREFETCH})
-    c.assign([TopicPartition(raw, p, 0) for p in range(PARTITIONS)])
+    c = _assigned(bootstrap, raw, f"floor-{out}")
     producers = []
     for p in range(PARTITIONS):
-        pr = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,  # as the router's
-                       "queue.buffering.max.messages": 1_000_000, "batch.num.messages": 10000,
+        pr = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER,
                        "transactional.id": f"{out}.{p}", "acks": "all"})
         pr.init_transactions(30)
         producers.append(pr)

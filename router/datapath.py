@@ -160,9 +160,10 @@ class DataPath:
         self._parts.before_change = self._end.wait
         self._join()
         self.ready.set()
+        allocator = fastbins_off()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
                  "allocator %s", self.worker_id, sorted(self.routes),
-                 "on" if self._txn is not None else "off", compiled.path_name(), fastbins_off())
+                 "on" if self._txn is not None else "off", compiled.path_name(), allocator)
         freeze_start_up()
         try:
             while not self.stop_event.is_set():

@@ -32,13 +32,12 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from spark_tagger.kafka_client import (
-    GROUP_ONLY_ERRORS,
     EndOffsetProbe,
-    cached_consumer,
     matching_topics,
 )
 from spark_tagger.options import SinkOptions, SourceOptions, consumer_config
 from spark_tagger.produce import ProduceStats, produce_batches
+from spark_tagger.range_reader import EARLIEST, KafkaRange, read_range
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,20 +51,12 @@ BASE_SCHEMA = (
 HEADERS_FIELD = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
 Offsets = dict[str, dict[str, int]]
-EARLIEST = -2
 LATEST = -1
 
 
 def source_schema(include_headers: bool) -> str:
     """Spark's Kafka source schema; ``headers`` only with ``includeHeaders=true``, as in Spark."""
     return f"{BASE_SCHEMA}, {HEADERS_FIELD}" if include_headers else BASE_SCHEMA
-
-
-class KafkaRange(InputPartition):
-    """One Spark task: offsets ``[start, end)`` of one topic partition (start -2 = earliest)."""
-
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
 @dataclass
@@ -290,93 +281,6 @@ class KafkaBatchReader(DataSourceReader):
         if partition.partition < 0:
             return iter(())
         return read_range(self.opts, self.schema, partition)
-
-
-_TS_TYPE = {1: 0, 2: 1}  # confluent CREATE_TIME/LOG_APPEND_TIME -> Spark's 0/1; else -1
-
-
-def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
-               rows_per_batch: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """Records ``[start, end)`` of one partition as Arrow batches of Spark's Kafka schema."""
-    import pyarrow as pa
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    consumer = cached_consumer(consumer_config(opts.client, opts.fail_on_data_loss))
-    start = OFFSET_BEGINNING if rng.start == EARLIEST else rng.start
-    consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
-    cols: dict[str, list[Any]] = {f.name: [] for f in schema.fields}
-    want_headers = "headers" in cols
-
-    def flush() -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(cols[f.name], type=arrow_schema.field(f.name).type) for f in schema.fields],
-            schema=arrow_schema,
-        )
-        for values in cols.values():
-            values.clear()
-        return batch
-
-    timeout = opts.poll_timeout_ms / 1000.0
-    last_progress = time.monotonic()
-    position = rng.start
-    try:
-        while position < rng.end:
-            msgs = consumer.consume(num_messages=min(5000, max(1, rng.end - max(position, 0))),
-                                    timeout=0.5)
-            if not msgs:
-                if time.monotonic() - last_progress > timeout:
-                    raise TimeoutError(
-                        f"{rng.topic}:{rng.partition}: no record at offset {position} within "
-                        f"{timeout:.0f}s (range ends at {rng.end}); see kafkaConsumer.pollTimeoutMs"
-                    )
-                continue
-            last_progress = time.monotonic()
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    if err.code() == KafkaError._AUTO_OFFSET_RESET or \
-                            err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise RuntimeError(
-                            f"{rng.topic}:{rng.partition}: offset {position} is no longer "
-                            "available (data lost to retention?); set failOnDataLoss=false "
-                            "to skip ahead"
-                        )
-                    if err.code() in GROUP_ONLY_ERRORS:
-                        continue  # the reader joins no group and commits nothing
-                    if err.fatal() or not err.retriable():
-                        raise KafkaException(err)
-                    continue
-                offset = msg.offset()
-                if msg.partition() != rng.partition or msg.topic() != rng.topic or \
-                        (rng.start >= 0 and offset < rng.start):
-                    continue  # not ours (a reused client's leftovers)
-                if offset >= rng.end:
-                    position = rng.end
-                    break
-                position = offset + 1
-                ts_type, ts = msg.timestamp()
-                cols["key"].append(msg.key())
-                cols["value"].append(msg.value())
-                cols["topic"].append(msg.topic())
-                cols["partition"].append(msg.partition())
-                cols["offset"].append(offset)
-                cols["timestamp"].append(ts * 1000 if ts_type else None)
-                cols["timestampType"].append(_TS_TYPE.get(ts_type, -1))
-                if want_headers:
-                    hs = msg.headers()
-                    cols["headers"].append(
-                        [{"key": k, "value": v} for k, v in hs] if hs else None
-                    )
-                if len(cols["offset"]) >= rows_per_batch:
-                    yield flush()
-        if cols["offset"]:
-            yield flush()
-    finally:
-        consumer.unassign()
 
 
 # ----------------------------------------------------------------------------- writing

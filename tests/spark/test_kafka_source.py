@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,11 @@ from spark_tagger.partitioner import partition_for
 from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
+
+
+# Record timestamps are recent: the broker deletes records older than its retention (seven days)
+# whenever its retention check runs, and a fixed old timestamp made that a data loss mid-test.
+BASE_TS = int(time.time() * 1000) - 3_600_000
 
 
 def _name(prefix: str) -> str:
@@ -38,7 +44,7 @@ def _inputs(n: int, start: int = 0, partitions: int = 3) -> list[dict[str, Any]]
         key = None if i % 10 == 0 else f"k{i % 7}".encode()
         headers = [("trace", f"t{i}".encode()), ("empty", None)] if i % 3 else None
         out.append({"key": key, "value": json.dumps({"i": i}).encode(),
-                    "partition": i % partitions, "headers": headers, "timestamp": 1_700_000 + i})
+                    "partition": i % partitions, "headers": headers, "timestamp": BASE_TS + i})
     return out
 
 
@@ -124,7 +130,7 @@ def test_batch_read_columns_match_spark_kafka_schema(spark: Any, bootstrap: str)
     first = rows[0]
     i = json.loads(first.value)["i"]
     assert first.topic == tin and first.key == f"k{i % 7}".encode()
-    assert int(first.timestamp.timestamp() * 1000) == 1_700_000 + i
+    assert int(first.timestamp.timestamp() * 1000) == BASE_TS + i
     assert first.timestampType == 0  # CreateTime, as Spark's connector reports it
     assert [(h.key, h.value) for h in first.headers] == [("trace", f"t{i}".encode()),
                                                           ("empty", None)]

@@ -35,7 +35,10 @@ from cutover.headers import BATCH, EVENT_TIME, KIND, VERSION, WATERMARK, parse_h
 from spark_tagger.partitioner import partition_for
 from tests.topics import RawRecord, read_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker]
+# Slow (make test-all): four Spark jobs before the first test. The default suite keeps the
+# windowed job end to end through the router (test_router_blue_green.py) and the event-time rules
+# (test_event_time.py); heartbeats on idle partitions are in the conformance grid's idle cells.
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 WINDOW_MS = 10_000
 DELAY_MS = 5_000

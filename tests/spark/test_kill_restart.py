@@ -31,7 +31,9 @@ from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, VERSION, parse_headers
 from tests.topics import RawRecord, read_topic
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker]
+# Slow (make test-all), like the other shapes in test_kill_restart_shapes.py; the default suite
+# keeps the kill and replay of a foreachBatch job (test_foreach_batch_writes.py).
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 PARTITIONS = 4
 

@@ -116,8 +116,8 @@ def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
                     continue
                 offset = msg.offset()
                 if msg.partition() != rng.partition or msg.topic() != rng.topic or \
-                        (rng.start >= 0 and offset < rng.start):
-                    continue  # not ours (a reused client's leftovers)
+                        offset < position:
+                    continue  # not ours (a reused client's leftovers), or read already
                 last_progress = time.monotonic()
                 if offset >= rng.end:
                     position = rng.end

@@ -3,7 +3,8 @@
 which needs no Spark session):
 
 - a reset error an earlier assignment of the reused consumer left queued does not fail the next
-  task's read;
+  task's read, whether it names another offset or the very offset the task waits for (then the
+  broker's offsets are asked, and the offset is there);
 - records deleted below the range are data loss, named with the partition's new start, and with
   ``failOnDataLoss=false`` the read skips to what is left;
 - a range the partition no longer reaches (its end is below the plan's) is data loss too.
@@ -74,6 +75,24 @@ def test_reset_error_left_by_an_earlier_assignment_does_not_fail_the_next_read(
     consumer.unassign()
 
     assert _offsets(opts, KafkaRange(topic, 0, 0, 5)) == [0, 1, 2, 3, 4]
+
+
+def test_a_stale_reset_error_at_the_awaited_offset_is_checked_and_the_read_goes_on(
+        bootstrap: str) -> None:
+    topic = _topic(bootstrap, 5)
+    opts = _options(bootstrap, topic, fail_on_data_loss=True)
+    # An earlier assignment asked for offset 7 before it existed (the partition ended at 5) and
+    # left the refused reset queued; the offset exists now, and a task waits for exactly it.
+    consumer = cached_consumer(consumer_config(opts.client, opts.fail_on_data_loss))
+    consumer.assign([TopicPartition(topic, 0, 7)])
+    time.sleep(3)
+    consumer.unassign()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(5, 10):
+        producer.produce(topic, value=b"v%d" % i, partition=0)
+    assert producer.flush(15) == 0
+
+    assert _offsets(opts, KafkaRange(topic, 0, 7, 10)) == [7, 8, 9]
 
 
 def test_deleted_records_are_data_loss_named_with_the_new_start(bootstrap: str) -> None:

@@ -40,7 +40,6 @@ def rollout_args(r: RolloutRoute, *extra: str, green: tuple[str, ...] = (),
             "--margin", margin, "--deadline", deadline, "--soak", "2s", *extra]
 
 
-@pytest.mark.slow   # the same path with real PySpark runs in the default suite
 def test_rollout_switches_tears_down_and_is_done_with_every_record_once(
         route: RolloutRoute) -> None:
     run = route.rollout(*rollout_args(route))
@@ -120,6 +119,7 @@ def test_cutover_compare_counts_what_differs_and_exits_by_the_limit(route: Rollo
     green.stop()
 
 
+@pytest.mark.slow   # 40 s; abort and a failed comparison roll back in the default suite
 def test_a_new_version_that_stalls_after_the_switch_is_rolled_back_with_nothing_lost(
         route: RolloutRoute, tmp_path: Path) -> None:
     stall = tmp_path / "stall-green"

@@ -39,7 +39,7 @@ def rollout_args(r: SparkRoute, *extra: str, green: str | None = None,
             "--deadline", deadline, "--soak", "5s", *extra]
 
 
-@pytest.mark.slow  # two Spark jobs for 2+ minutes; the default suite has the emulated rollouts
+@pytest.mark.slow  # two Spark jobs for 2+ minutes; the emulated happy path is in the default suite
 def test_rollout_of_the_windowed_job_is_done_and_the_output_equals_the_reference(
         route: SparkRoute) -> None:
     run = route.rollout(*rollout_args(route))

@@ -244,7 +244,7 @@ PLANS = [
 ]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(records(60), min_size=1, max_size=4),
        plans=st.lists(st.sampled_from([None, *range(len(PLANS))]), min_size=4, max_size=4),
        ordered=st.booleans(), max_held=st.sampled_from([3, 1000]),

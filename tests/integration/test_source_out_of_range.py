@@ -63,16 +63,20 @@ def _offsets(opts: SourceOptions, rng: KafkaRange) -> list[int]:
             for o in batch.column("offset").to_pylist()]
 
 
+def _leave_a_refused_reset(opts: SourceOptions, topic: str, offset: int) -> None:
+    """An earlier use of the cached consumer asks for ``offset`` past the partition's end and
+    leaves before reading librdkafka's answer: a refused reset, queued without a version."""
+    consumer = cached_consumer(consumer_config(opts.client, opts.fail_on_data_loss))
+    consumer.assign([TopicPartition(topic, 0, offset)])
+    time.sleep(3)
+    consumer.unassign()
+
+
 def test_reset_error_left_by_an_earlier_assignment_does_not_fail_the_next_read(
         bootstrap: str) -> None:
     topic = _topic(bootstrap, 5)
     opts = _options(bootstrap, topic, fail_on_data_loss=True)
-    # An earlier use of the same cached consumer asked for an offset past the partition's end
-    # and left before reading librdkafka's answer: a refused reset, queued without a version.
-    consumer = cached_consumer(consumer_config(opts.client, opts.fail_on_data_loss))
-    consumer.assign([TopicPartition(topic, 0, 40)])
-    time.sleep(3)
-    consumer.unassign()
+    _leave_a_refused_reset(opts, topic, 40)
 
     assert _offsets(opts, KafkaRange(topic, 0, 0, 5)) == [0, 1, 2, 3, 4]
 
@@ -81,12 +85,9 @@ def test_a_stale_reset_error_at_the_awaited_offset_is_checked_and_the_read_goes_
         bootstrap: str) -> None:
     topic = _topic(bootstrap, 5)
     opts = _options(bootstrap, topic, fail_on_data_loss=True)
-    # An earlier assignment asked for offset 7 before it existed (the partition ended at 5) and
-    # left the refused reset queued; the offset exists now, and a task waits for exactly it.
-    consumer = cached_consumer(consumer_config(opts.client, opts.fail_on_data_loss))
-    consumer.assign([TopicPartition(topic, 0, 7)])
-    time.sleep(3)
-    consumer.unassign()
+    # Offset 7 did not exist when the reset was refused (the partition ended at 5); it exists
+    # now, and a task waits for exactly it.
+    _leave_a_refused_reset(opts, topic, 7)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(5, 10):
         producer.produce(topic, value=b"v%d" % i, partition=0)

@@ -6,7 +6,8 @@ then says. librdkafka's word alone is not enough: with ``auto.offset.reset=error
 was about and reaches the next task that reuses the cached consumer (reproduced against Apache
 Kafka 4: an error for offset 40 of a partition, left unread, came back after the partition was
 assigned again at offset 0). Spark's own connector does not take the error's word either: it
-asks the broker for the partition's earliest and latest offsets. Here an out-of-range error
+asks the broker for the partition's earliest and latest offsets. Here (through the planner's
+``EndOffsetProbe``, whose Fetch answers are right where ListOffsets is not) an out-of-range error
 counts only when it is about this partition at the offset the task is waiting for, and it is data
 loss only when the broker says that offset is gone: below the partition's start (retention,
 deleted records; the error names the new start) or past its end although the plan saw it
@@ -24,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from spark_tagger.kafka_client import GROUP_ONLY_ERRORS, cached_consumer
+from spark_tagger.kafka_client import GROUP_ONLY_ERRORS, EndOffsetProbe, cached_consumer
 from spark_tagger.options import SourceOptions, consumer_config
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from confluent_kafka import Consumer, KafkaError, Message
+    from confluent_kafka import KafkaError, Message
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +99,8 @@ def read_range(opts: SourceOptions, schema: StructType, rng: KafkaRange,
                     if err.code() in (KafkaError._AUTO_OFFSET_RESET,
                                       KafkaError.OFFSET_OUT_OF_RANGE):
                         if opts.fail_on_data_loss and _out_of_range_here(msg, rng, position):
-                            _check_still_there(consumer, rng, position, err)
-                            if time.monotonic() - last_progress > timeout:
-                                raise ReadTimeoutError(
-                                    f"{rng.topic}:{rng.partition}: the broker kept answering "
-                                    f"'out of range' for offset {position} for {timeout:.0f}s "
-                                    f"while reporting it available ({err.str()}); see "
-                                    "kafkaConsumer.pollTimeoutMs")
+                            _check_still_there(opts, rng, position, err,
+                                               time.monotonic() - last_progress > timeout)
                             time.sleep(RETRY_PAUSE_S)
                             consumer.assign([TopicPartition(rng.topic, rng.partition,
                                                             max(position, start))])
@@ -152,20 +148,26 @@ def _out_of_range_here(msg: Message, rng: KafkaRange, position: int) -> bool:
     return position < 0 or msg.offset() == position
 
 
-def _check_still_there(consumer: Consumer, rng: KafkaRange, position: int,
-                       err: KafkaError) -> None:
-    """Raise :class:`DataLossError` when the broker says ``position`` is gone; return when the
-    offset is still in the partition (the caller assigns it again)."""
-    from confluent_kafka import KafkaException, TopicPartition
+def _check_still_there(opts: SourceOptions, rng: KafkaRange, position: int,
+                       err: KafkaError, waited_too_long: bool) -> None:
+    """Raise :class:`DataLossError` when the broker says ``position`` is gone, and
+    :class:`ReadTimeoutError` when it keeps refusing an offset it holds past the poll timeout;
+    return when the offset is still in the partition (the caller assigns it again). The
+    partition's offsets come from the planner's probe (Fetch answers, right on every broker)."""
+    from confluent_kafka import KafkaException
 
+    tp = (rng.topic, rng.partition)
+    probe = EndOffsetProbe(consumer_config(opts.client, False))
     try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(rng.topic, rng.partition), timeout=10, cached=False)
-    except KafkaException as exc:
+        begins, ends = probe.begins_and_ends([tp], timeout=10)
+        low, high = begins[tp], ends[tp]
+    except (KafkaException, TimeoutError) as exc:
         log.warning("%s:%d: out of range at offset %d (%s) and the partition's offsets could "
                     "not be read (%s); trying again", rng.topic, rng.partition, position,
                     err.str(), exc)
         return
+    finally:
+        probe.close()
     if position >= 0 and position < low:
         raise DataLossError(
             f"{rng.topic}:{rng.partition}: offset {position} is no longer available: the "
@@ -176,6 +178,11 @@ def _check_still_there(consumer: Consumer, rng: KafkaRange, position: int,
             f"{rng.topic}:{rng.partition}: offset {position} is no longer available: the "
             f"partition now ends at {high} although this batch was planned up to {rng.end} "
             "(log truncated after a leader change?); set failOnDataLoss=false to skip ahead")
+    if waited_too_long:
+        raise ReadTimeoutError(
+            f"{rng.topic}:{rng.partition}: the broker kept answering 'out of range' for offset "
+            f"{position} for {opts.poll_timeout_ms / 1000:.0f}s while holding offsets {low} to "
+            f"{high} ({err.str()}); see kafkaConsumer.pollTimeoutMs")
     log.warning("%s:%d: the broker answered 'out of range' for offset %d (%s) but holds "
                 "offsets %d to %d; reading it again", rng.topic, rng.partition, position,
                 err.str(), low, high)

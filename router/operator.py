@@ -2,9 +2,12 @@
 read from both topics (``cutover status``, ``wait``, ``switch``, the demo and the tests use it)
 and publishing a plan.
 
-The reader takes the newest status message of every worker, keeps for each partition the
-newest message that lists it, and recomputes readiness over all partitions with
-:func:`cutover.readiness.readiness`, the same function the workers use. The commands on top
+The reader keeps, for each partition, the newest report of it in any worker's status message,
+and recomputes readiness over all partitions with :func:`cutover.readiness.readiness`, the
+same function the workers use. A partition between owners (its worker released it in a
+rebalance and the next has not taken it yet, seconds on Apache Kafka) keeps its last report:
+taking only each worker's newest message would show it unreported, and a route that was clear
+to tear down would read PENDING for the length of every rebalance. The commands on top
 (cutover.cli) turn its named errors into the CLI's sentences and exit codes.
 """
 
@@ -206,11 +209,22 @@ class _Follower:
             self.consumer = None
 
 
+def merge_report(reports: dict[int, PartitionReport], st: RouteStatus) -> None:
+    """Fold one status message into ``reports``: each partition it lists replaces the report
+    held unless that one is newer. A partition it does not list keeps the report it has."""
+    for p, ps in st.partitions.items():
+        held = reports.get(p)
+        if held is None or st.updated_at >= held.updated_at:
+            epoch = ps.epoch if ps.epoch is not None else st.epoch
+            reports[p] = PartitionReport(ps, epoch, st.worker, st.updated_at)
+
+
 @dataclass
 class _RouteState:
     plan: CutoverPlan | None = None
     control_epoch: int | None = None
     workers: dict[str, RouteStatus] = field(default_factory=dict)
+    partitions: dict[int, PartitionReport] = field(default_factory=dict)
     rejections: list[PlanRejectedEvent] = field(default_factory=list)
     rollout: RolloutRecord | None = None
     rollout_log: list[RolloutRecord] = field(default_factory=list)
@@ -275,8 +289,7 @@ class StateReader:
                 return True
             n = self.t.routes.get(r) or max((w.num_partitions or 0
                                              for w in st.workers.values()), default=0)
-            seen = {p for w in st.workers.values() for p in w.partitions}
-            if any(p not in seen for p in range(n)):
+            if any(p not in st.partitions for p in range(n)):
                 return True
         return False
 
@@ -313,6 +326,7 @@ class StateReader:
                 rs.rejections.append(st)
                 continue
             rs.workers[st.worker] = st
+            merge_report(rs.partitions, st)
         key = plan_key_from_env()
         for msg in self.control.read_new():
             try:
@@ -334,23 +348,19 @@ class StateReader:
                 rs.plan = plan
 
     def views(self) -> dict[str, RouteView]:
-        """Merge: per partition the newest status of any worker that lists it."""
+        """Merge: per partition the newest report of it (see the module docstring)."""
         views: dict[str, RouteView] = {}
         for r in self._routes():
             st = self.state.get(r, _RouteState())
             v = RouteView(r, plan=st.plan, control_epoch=st.control_epoch,
                           num_partitions=self.t.routes.get(r), workers=dict(st.workers),
                           rejections=list(st.rejections), rollout=st.rollout,
-                          rollout_log=list(st.rollout_log), unreadable=dict(st.unreadable))
+                          rollout_log=list(st.rollout_log), unreadable=dict(st.unreadable),
+                          partitions=dict(st.partitions))
             views[r] = v
             for w in v.workers.values():
                 if w.num_partitions and not v.num_partitions:
                     v.num_partitions = w.num_partitions
-                for p, ps in w.partitions.items():
-                    held = v.partitions.get(p)
-                    if held is None or w.updated_at >= held.updated_at:
-                        epoch = ps.epoch if ps.epoch is not None else w.epoch
-                        v.partitions[p] = PartitionReport(ps, epoch, w.worker, w.updated_at)
             for worker in {rep.worker for rep in v.partitions.values()}:
                 v.counters = v.counters.add(v.workers[worker].counters)
         return views

@@ -29,7 +29,7 @@ from cutover.headers import EVENT_TIME, SRC, VERSION
 from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, TransitionState, parse_status
 from router.kafka_io import base_conf, read_to_end, reader_conf
-from router.operator import RouteView, Target, read_views
+from router.operator import PartitionReport, RouteView, Target, merge_report, read_views
 from tests.children import RouterChild
 from tests.conformance.data import (
     PARTITIONS,
@@ -99,8 +99,9 @@ class StatusFollower:
     """The route's merged view, kept current from one long-lived consumer of the status topic.
 
     ``router.operator.read_views`` re-reads both topics from the start (about 3 s a call on the
-    test broker); polling it would dominate a cell's time. The merge is the same: per
-    partition, the newest status of any worker; the plan, the newest epoch any status carries.
+    test broker); polling it would dominate a cell's time. The merge is the same
+    (``router.operator.merge_report``): per partition, the newest report of it in any status;
+    the plan, the newest epoch any status carries.
     """
 
     def __init__(self, bootstrap: str, topic: str, route: str,
@@ -110,6 +111,7 @@ class StatusFollower:
         self.consumer = Consumer({**reader_conf(base_conf(bootstrap)), "fetch.wait.max.ms": 50})
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self.workers: dict[str, RouteStatus] = {}
+        self.reports: dict[int, PartitionReport] = {}
         self.plan: CutoverPlan | None = None
 
     def view(self) -> RouteView:
@@ -123,13 +125,9 @@ class StatusFollower:
                 self.plan = st.plan
             if isinstance(st, RouteStatus):
                 self.workers[st.worker] = st
-        v = RouteView(self.route, plan=self.plan, num_partitions=self.partitions)
-        for st in self.workers.values():
-            for p, ps in st.partitions.items():
-                held = v.partitions.get(p)
-                if held is None or st.updated_at >= held[3]:
-                    v.partitions[p] = (ps, st.epoch, st.worker, st.updated_at)
-        return v
+                merge_report(self.reports, st)
+        return RouteView(self.route, plan=self.plan, num_partitions=self.partitions,
+                         partitions=dict(self.reports))
 
     def close(self) -> None:
         self.consumer.close()

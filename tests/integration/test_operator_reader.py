@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from cutover.plan import CutoverPlan, Segment
-from cutover.status import PartitionStatus, RouteStatus
+from cutover.status import PartitionStatus, RouteStatus, TransitionState
 from router.kafka_io import base_conf
 from router.operator import StateReader, Target
 
@@ -25,6 +25,20 @@ PLAN = CutoverPlan(route="r", epoch=1, segments=(Segment(from_event_time=None,
 def _status(worker: str, parts: dict[int, int], i: int) -> bytes:
     st = RouteStatus(route="r", epoch=1, num_partitions=2, plan=PLAN, worker=worker,
                      partitions={p: PartitionStatus(epoch=1, horizon=h) for p, h in parts.items()},
+                     updated_at=T0 + timedelta(seconds=i))
+    return st.model_dump_json(by_alias=True).encode()
+
+
+SWITCH = CutoverPlan(route="r", epoch=2, segments=(
+    Segment(from_event_time=None, primary="blue"), Segment(from_event_time=100, primary="green")))
+
+
+def _clear_status(worker: str, parts: list[int], i: int) -> bytes:
+    """A status in which ``parts`` took the switch: both watermarks past its boundary."""
+    wms = {"blue": 150, "green": 150}
+    st = RouteStatus(route="r", epoch=2, num_partitions=2, plan=SWITCH, worker=worker,
+                     partitions={p: PartitionStatus(epoch=2, boundary=100, watermarks=wms)
+                                 for p in parts},
                      updated_at=T0 + timedelta(seconds=i))
     return st.model_dump_json(by_alias=True).encode()
 
@@ -112,3 +126,31 @@ def test_a_status_this_version_cannot_read_is_named_not_dropped(
         prod.flush(10)
         v = reader.refresh()["r"]
         assert set(v.unreadable) == {"z"} and v.max_horizon() == 31
+
+
+def test_a_partition_between_owners_keeps_its_last_report(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """In a rebalance every worker releases its partitions and publishes a status that lists
+    none until the group assigns them again (seconds on Apache Kafka). A route that was clear
+    to tear down stays clear meanwhile: each partition keeps the newest report of it in any
+    message, not only in each worker's newest message (``cutover wait`` used to read PENDING,
+    "no router has applied epoch 2 here yet", for the length of the rebalance)."""
+    t, prod = _setup(bootstrap, topic_factory)
+    prod.produce(t.control_topic, SWITCH.to_json(), b"r")
+    prod.produce(t.status_topic, _clear_status("a", [0, 1], 0), b"r")
+    prod.produce(t.status_topic, _clear_status("a", [], 1), b"r")   # released
+    prod.produce(t.status_topic, _clear_status("b", [], 2), b"r")   # joined, nothing yet
+    prod.flush(10)
+    with StateReader(t, "r") as reader:
+        v = reader.refresh()["r"]
+        assert v.transition().state is TransitionState.CLEAR_TO_TEARDOWN
+        assert {p: w for p, (_, _, w, _) in v.partitions.items()} == {0: "a", 1: "a"}
+        # b takes partition 1 and has not applied the switch yet: its report is the newer.
+        late = json.loads(_clear_status("b", [1], 3))
+        late["partitions"]["1"].update(epoch=1, boundary=None)
+        prod.produce(t.status_topic, json.dumps(late).encode(), b"r")
+        prod.flush(10)
+        v = reader.refresh()["r"]
+        assert {p: w for p, (_, _, w, _) in v.partitions.items()} == {0: "a", 1: "b"}
+        assert [(h.partition, h.why) for h in v.transition().holdups] == [
+            (1, "no router has applied epoch 2 here yet")]

@@ -113,6 +113,12 @@ class RouteView:
         them (a partition status without them falls back to its message's epoch)."""
         return {p: progress_of(ps, epoch) for p, (ps, epoch, _, _) in self.partitions.items()}
 
+    def between_owners(self) -> set[int]:
+        """Partitions reported but listed by no worker's newest message: released in a
+        rebalance and not taken yet (or their last owner stopped). They show their last report."""
+        listed = {p for w in self.workers.values() for p in w.partitions}
+        return set(self.partitions) - listed
+
     def unreadable_note(self) -> str | None:
         """One sentence on the workers whose newest status this version cannot read."""
         if not self.unreadable:

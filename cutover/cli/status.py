@@ -21,12 +21,13 @@ from router.operator import RouteView, StateReader, read_views
 
 def _merged_json(v: RouteView) -> dict[str, Any]:
     tr = v.transition()
+    between = v.between_owners()
     return {
         "route": v.route, "epoch": v.plan.epoch if v.plan else None,
         "transition": tr.model_dump(mode="json", by_alias=True),
         "num_partitions": v.num_partitions,
         "partitions": {str(p): {**ps.model_dump(mode="json"), "epoch": e, "worker": w,
-                                "updated_at": u.isoformat()}
+                                "updated_at": u.isoformat(), "between_owners": p in between}
                        for p, (ps, e, w, u) in sorted(v.partitions.items())},
         "counters": v.counters.model_dump(mode="json"),
         "plan": v.plan.model_dump(mode="json") if v.plan else None,
@@ -68,11 +69,12 @@ def _print_table(v: RouteView) -> None:
             f"{'held':>6} ") + " ".join(
         f"{'wm ' + ver:>16} {'lag':>8}" for ver in versions)
     print(head)
+    between, now = v.between_owners(), utcnow()
     for p in range(v.num_partitions or 0) if v.num_partitions else sorted(v.partitions):
         if p not in v.partitions:
             print(f"  {p:>4} {'(no router)':<18}")
             continue
-        ps, e, w, _ = v.partitions[p]
+        ps, e, w, at = v.partitions[p]
         cells = []
         for ver in versions:
             wm = ps.watermarks.get(ver)
@@ -82,7 +84,9 @@ def _print_table(v: RouteView) -> None:
         print(f"  {p:>4} {w[:18]:<18} {e if e is not None else '-':>5} "
               f"{ps.boundary if ps.boundary is not None else '-':>15} "
               f"{ps.horizon if ps.horizon is not None else '-':>15} "
-              f"{ps.held:>6} " + " ".join(cells) + ("  PAUSED (max_held)" if ps.paused else ""))
+              f"{ps.held:>6} " + " ".join(cells) + ("  PAUSED (max_held)" if ps.paused else "")
+              + (f"  between owners: last report {int((now - at).total_seconds())}s ago"
+                 if p in between else ""))
     c = v.counters
     sup = ", ".join(f"{k}={n}" for k, n in sorted(c.suppressed.items())) or "0"
     print(f"  forwarded {c.forwarded}  suppressed {sup}  duplicates {c.duplicates}  "

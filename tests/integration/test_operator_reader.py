@@ -129,7 +129,8 @@ def test_a_status_this_version_cannot_read_is_named_not_dropped(
 
 
 def test_a_partition_between_owners_keeps_its_last_report(
-        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+        bootstrap: str, topic_factory: Callable[..., str],
+        capsys: pytest.CaptureFixture[str]) -> None:
     """In a rebalance every worker releases its partitions and publishes a status that lists
     none until the group assigns them again (seconds on Apache Kafka). A route that was clear
     to tear down stays clear meanwhile: each partition keeps the newest report of it in any
@@ -145,6 +146,7 @@ def test_a_partition_between_owners_keeps_its_last_report(
         v = reader.refresh()["r"]
         assert v.transition().state is TransitionState.CLEAR_TO_TEARDOWN
         assert {p: w for p, (_, _, w, _) in v.partitions.items()} == {0: "a", 1: "a"}
+        assert v.between_owners() == {0, 1}
         # b takes partition 1 and has not applied the switch yet: its report is the newer.
         late = json.loads(_clear_status("b", [1], 3))
         late["partitions"]["1"].update(epoch=1, boundary=None)
@@ -152,5 +154,17 @@ def test_a_partition_between_owners_keeps_its_last_report(
         prod.flush(10)
         v = reader.refresh()["r"]
         assert {p: w for p, (_, _, w, _) in v.partitions.items()} == {0: "a", 1: "b"}
+        assert v.between_owners() == {0}
         assert [(h.partition, h.why) for h in v.transition().holdups] == [
             (1, "no router has applied epoch 2 here yet")]
+    from cutover.cli import main as cutover_main
+
+    args = ["status", "--bootstrap", bootstrap, "--control-topic", t.control_topic,
+            "--status-topic", t.status_topic, "--route", "r"]
+    assert cutover_main(args) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()
+            if line.strip()[:1].isdigit()}
+    assert "between owners: last report" in rows["0"] and "between owners" not in rows["1"]
+    assert cutover_main([*args, "--json"]) == 0
+    parts = json.loads(capsys.readouterr().out)["r"]["partitions"]
+    assert (parts["0"]["between_owners"], parts["1"]["between_owners"]) == (True, False)

@@ -5,5 +5,6 @@ and the worker's start-up log say which path runs."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("router._fastpath", ["router/_fastpath.c"],
-                             depends=["router/_blake2b.h", "router/_message.h"],
+                             depends=["router/_blake2b.h", "router/_message.h",
+                                      "router/_produce.h"],
                              extra_compile_args=["-O2", "-std=gnu11"], optional=True)])

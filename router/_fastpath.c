@@ -24,6 +24,7 @@
 
 #include "_blake2b.h"
 #include "_message.h"
+#include "_produce.h"
 
 #define MASK_COUNT 4096
 #define MAX_BOUNDS 64
@@ -38,6 +39,7 @@ static PyObject *kafka_exception;       /* confluent_kafka.KafkaException */
 static PyObject *envelope_names;        /* frozenset of the tagger's header names */
 static PyObject *h_version, *h_event_time, *h_watermark, *h_batch, *h_kind, *h_src;
 static const char *c_names[5];          /* the same names in UTF-8: version, ..., kind */
+static const char *c_src;               /* bg.src in UTF-8 */
 static PyObject *poll_timeout;          /* 0.05: as InlineStream.send waits on a full queue */
 
 static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_timestamp, *s_key,
@@ -92,6 +94,10 @@ typedef struct {
     int stream_mode;
     PyObject *producer;
     PyObject *held;         /* the stream's held-back forward (new ref) or NULL */
+    CKHandle *handle;       /* the producer's handle, when forwards are produced directly */
+    const char *out_name;   /* the output topic in UTF-8, then */
+    PyObject *held_msg;     /* or the held-back forward's consumed Message (new ref) ... */
+    int64_t held_off;       /* ... and its offset */
 } Scan;
 
 static PyObject *call0(PyObject *obj, PyObject *name) {
@@ -147,6 +153,7 @@ static void scan_release(Scan *s) {
     Py_CLEAR(s->skip);
     Py_CLEAR(s->producer);
     Py_CLEAR(s->held);
+    Py_CLEAR(s->held_msg);
 }
 
 /* -1 error, 0 this run cannot be served (decline), 1 loaded */
@@ -272,6 +279,9 @@ static int scan_load(RunObject *self, Scan *s) {
             Py_DECREF(v);
         else
             s->held = v;
+        s->handle = direct_handle(s->producer);
+        if (s->handle != NULL && (s->out_name = PyUnicode_AsUTF8(self->output)) == NULL)
+            return -1;
     }
     return 1;
 }
@@ -464,8 +474,8 @@ static int maybe_seen(Scan *s, PyObject *ident) {
     return 0;
 }
 
-static PyObject *src_of(RunObject *self, int64_t off) {
-    char buf[352];
+/* "topic:partition:offset" into ``buf`` (352 bytes); its length */
+static Py_ssize_t src_into(RunObject *self, int64_t off, char *buf) {
     memcpy(buf, self->src_prefix, (size_t)self->src_prefix_len);
     char digits[20];
     int n = 0;
@@ -476,7 +486,12 @@ static PyObject *src_of(RunObject *self, int64_t off) {
         u /= 10;
     } while (u != 0);
     for (int k = 0; k < n; k++) buf[self->src_prefix_len + k] = digits[n - 1 - k];
-    return PyBytes_FromStringAndSize(buf, self->src_prefix_len + n);
+    return self->src_prefix_len + n;
+}
+
+static PyObject *src_of(RunObject *self, int64_t off) {
+    char buf[352];
+    return PyBytes_FromStringAndSize(buf, src_into(self, off, buf));
 }
 
 /* (output, p, key, value, headers + [(bg.src, src)], src): OutputWriter's Output */
@@ -508,9 +523,30 @@ static PyObject *output_of(RunObject *self, PyObject *headers, PyObject *key, Py
     return out;
 }
 
-/* InlineStream.send's produce of the held-back record: 0 produced, 1 the stream stopped
- * (a produce error, handled by InlineStream.failed), -1 error */
-static int produce_held(RunObject *self, Scan *s, PyObject *old, PyObject *new_held) {
+/* The Output tuple of a forward held as its consumed Message (its headers converted now) */
+static PyObject *output_of_msg(RunObject *self, PyObject *msg, int64_t off) {
+    PyObject *headers = msg_get(msg, M_HEADERS);
+    if (headers == NULL) return NULL;
+    if (!PyList_CheckExact(headers)) {
+        Py_DECREF(headers);
+        PyErr_SetString(PyExc_TypeError, "headers must be a list");
+        return NULL;
+    }
+    PyObject *key = msg_get(msg, M_KEY), *value = NULL, *out = NULL;
+    if (key != NULL && (value = msg_get(msg, M_VALUE)) != NULL)
+        out = output_of(self, headers, key, value, off);
+    Py_DECREF(headers);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return out;
+}
+
+/* InlineStream.send's produce of the held-back record ``old`` (an Output), before the
+ * stream holds the next forward: ``new_held`` (an Output), or if NULL the consumed Message
+ * ``new_msg`` at ``new_off``. 0 produced, 1 the stream stopped (a produce error, handled by
+ * InlineStream.failed, which queues both), -1 error */
+static int produce_held(RunObject *self, Scan *s, PyObject *old, PyObject *new_held,
+                        PyObject *new_msg, int64_t new_off) {
     /* Producer.produce(topic, value, key, partition, callback, on_delivery, timestamp,
      * headers): positionally, in confluent-kafka's order. With keywords, its argument parser
      * looked each of its eight names up in a dict built per call (twelve alternating rounds:
@@ -540,11 +576,16 @@ static int produce_held(RunObject *self, Scan *s, PyObject *old, PyObject *new_h
         Py_XDECREF(et);
         Py_XDECREF(tb);
         if (exc == NULL) return -1;
-        /* the stream queues its held record (this one) when it stops */
-        if (PyObject_SetAttr(self->stream, s_held, new_held) < 0) {
+        /* the stream queues its held record (the next forward) when it stops */
+        PyObject *held = new_held;
+        if (held == NULL) held = output_of_msg(self, new_msg, new_off);
+        else Py_INCREF(held);
+        if (held == NULL || PyObject_SetAttr(self->stream, s_held, held) < 0) {
+            Py_XDECREF(held);
             Py_DECREF(exc);
             return -1;
         }
+        Py_DECREF(held);
         Py_CLEAR(s->held);
         PyObject *fargs[3] = {self->stream, old, exc};
         r = PyObject_VectorcallMethod(s_failed, fargs, 3, NULL);
@@ -574,9 +615,61 @@ static int send(RunObject *self, Scan *s, PyObject *headers, PyObject *key, PyOb
     PyObject *old = s->held;
     s->held = out;  /* owns the new ref */
     if (old == NULL) return 0;
-    int rc = produce_held(self, s, old, out);
+    int rc = produce_held(self, s, old, out, NULL, 0);
     Py_DECREF(old);
     return rc < 0 ? -1 : 0;
+}
+
+/* Produce the forward held as a consumed Message (router/_produce.h), before the stream holds
+ * ``msg`` at ``off``; where it cannot be produced directly, through Producer.produce
+ * (produce_held). 0 produced, 1 the stream stopped, -1 error */
+static int release_held_msg(RunObject *self, Scan *s, PyObject *msg, int64_t off) {
+    char src[352];
+    Py_ssize_t n = src_into(self, s->held_off, src);
+    for (;;) {
+        int err = produce_direct(s->handle, s->out_name, (int32_t)self->partition,
+                                 (CKMessage *)s->held_msg, c_src, src, (size_t)n);
+        if (err == 0) {
+            Py_CLEAR(s->held_msg);
+            return 0;
+        }
+        if (err == ERR_QUEUE_FULL) {  /* as Producer.produce's BufferError */
+            PyObject *pargs[2] = {s->producer, poll_timeout};
+            PyObject *r = PyObject_VectorcallMethod(s_poll, pargs, 2, NULL);
+            if (r == NULL) return -1;
+            Py_DECREF(r);
+            continue;
+        }
+        /* any other error: Producer.produce meets it again and names it */
+        PyObject *old = output_of_msg(self, s->held_msg, s->held_off);
+        if (old == NULL) return -1;
+        Py_CLEAR(s->held_msg);
+        int rc = produce_held(self, s, old, NULL, msg, off);
+        Py_DECREF(old);
+        return rc;
+    }
+}
+
+/* send() for a record read directly, whose producer takes forwards directly: held as its
+ * consumed Message, produced when the next forward comes (or queued as an Output when the
+ * run ends: scan_store) */
+static int send_direct(RunObject *self, Scan *s, PyObject *msg, int64_t off) {
+    if (s->nsent == 0) s->first_sent = off;
+    s->nsent++;
+    int rc = 0;
+    if (s->held != NULL) {  /* held by InlineStream.send, or an earlier run */
+        PyObject *old = s->held;
+        s->held = NULL;
+        rc = produce_held(self, s, old, NULL, msg, off);
+        Py_DECREF(old);
+    } else if (s->held_msg != NULL) {
+        rc = release_held_msg(self, s, msg, off);
+    }
+    if (rc != 0) return rc < 0 ? -1 : 0;  /* stopped: this forward is queued already */
+    Py_INCREF(msg);
+    s->held_msg = msg;
+    s->held_off = off;
+    return 0;
 }
 
 static int same_str(PyObject *a, PyObject *b) {
@@ -744,11 +837,15 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
             Py_DECREF(ref);
             if (in_skip < 0) goto error;
         }
-        if (!in_skip && headers == NULL) {  /* read directly so far: the output needs them */
-            headers = msg_get(msg, M_HEADERS);
-            if (headers == NULL) goto error;
+        if (!in_skip && headers == NULL && s.handle != NULL && s.stream_mode) {
+            if (send_direct(self, &s, msg, off) < 0) goto error;  /* read directly so far */
+        } else if (!in_skip) {
+            if (headers == NULL) {  /* read directly so far: the output needs them */
+                headers = msg_get(msg, M_HEADERS);
+                if (headers == NULL) goto error;
+            }
+            if (send(self, &s, headers, key, value, off) < 0) goto error;
         }
-        if (!in_skip && send(self, &s, headers, key, value, off) < 0) goto error;
         Py_CLEAR(headers);
         Py_CLEAR(key);
         Py_CLEAR(value);
@@ -763,6 +860,17 @@ done:
     Py_XDECREF(key);
     Py_XDECREF(value);
     Py_XDECREF(ident);
+    if (s.held_msg != NULL) {  /* the stream holds it as an Output, as InlineStream.send does */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        s.held = output_of_msg(self, s.held_msg, s.held_off);
+        Py_CLEAR(s.held_msg);
+        if (s.held == NULL) failed = 1;
+        if (et != NULL) {
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        }
+    }
     if (scan_store(self, &s) < 0) failed = 1;
     scan_release(&s);
     if (failed) return NULL;
@@ -908,7 +1016,9 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     PyObject *cn[5] = {h_version, h_event_time, h_watermark, h_batch, h_kind};
     for (int k = 0; k < 5; k++)
         if ((c_names[k] = PyUnicode_AsUTF8(cn[k])) == NULL) return NULL;
+    if ((c_src = PyUnicode_AsUTF8(h_src)) == NULL) return NULL;
     direct = 0;  /* until use_direct_reads() checks the layout again */
+    direct_produce = 0;
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -932,6 +1042,29 @@ static PyObject *use_direct_reads(PyObject *mod, PyObject *args, PyObject *kw) {
                                         offset, timestamp, hlist, lib);
     direct = refusal == Py_None;
     return refusal;
+}
+
+/* Check confluent_kafka.Producer's layout (``producer_type``) and find librdkafka's produce
+ * functions in ``rdkafka``; turn direct produce on (it needs direct reads). Returns None, or
+ * why not (forwards go through Producer.produce then). */
+static PyObject *use_direct_produce(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"producer_type", "rdkafka", NULL};
+    PyObject *pt, *lib;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O", kwlist, &PyType_Type, &pt, &lib))
+        return NULL;
+    direct_produce = 0;
+    if (!direct) return PyUnicode_FromString("consumed records are not read directly");
+    PyObject *refusal = producer_refusal((PyTypeObject *)pt, lib);
+    if (refusal == Py_None) {
+        Py_INCREF(pt);
+        Py_XSETREF(producer_type, (PyTypeObject *)pt);
+        direct_produce = 1;
+    }
+    return refusal;
+}
+
+static PyObject *py_produced_directly(PyObject *mod, PyObject *unused) {
+    return PyLong_FromUnsignedLongLong(produced_directly);
 }
 
 static PyObject *py_envelope(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -976,6 +1109,11 @@ static PyMethodDef module_methods[] = {
     {"use_direct_reads", (PyCFunction)(void (*)(void))use_direct_reads,
      METH_VARARGS | METH_KEYWORDS,
      "Read consumed Messages' fields and headers directly, if their layout is the expected."},
+    {"use_direct_produce", (PyCFunction)(void (*)(void))use_direct_produce,
+     METH_VARARGS | METH_KEYWORDS,
+     "Produce forwards straight into librdkafka, if the Producer's layout is the expected."},
+    {"produced_directly", py_produced_directly, METH_NOARGS,
+     "How many forwards this process produced directly (tests)."},
     {"envelope", (PyCFunction)(void (*)(void))py_envelope, METH_FASTCALL,
      "((version, event time) or None, offset, partition, timestamp) read directly (tests)."},
     {NULL, NULL, 0, NULL}};

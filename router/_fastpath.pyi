@@ -3,7 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import Message, Producer
 
 def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift: int,
               record_identity: Callable[[bytes | None, bytes | None, int], bytes],
@@ -14,6 +14,11 @@ def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift:
 def use_direct_reads(*, sample: Message, topic: str, partition: int, offset: int,
                      timestamp: int, headers: list[tuple[str, bytes]],
                      rdkafka: str | None) -> str | None: ...
+
+def use_direct_produce(*, producer_type: type[Producer], rdkafka: str | None) -> str | None: ...
+
+def produced_directly() -> int:
+    """How many forwards this process produced straight into librdkafka."""
 
 def envelope(msg: Message, /) -> tuple[tuple[str, int] | None, int, int, int]:
     """((version, event time) or None, offset, partition, timestamp), read directly."""

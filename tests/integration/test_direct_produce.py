@@ -1,0 +1,121 @@
+"""Forwards produced straight into librdkafka (router/_produce.h), on the broker: what a
+consumer of the output reads must be what the raw record had, byte for byte (key, value, every
+header in order, None and empty values kept apart), plus its ``bg.src``, in the raw partition's
+order, each once; and the direct path must be the one that produced most of them.
+
+The records carry the shapes a user's job gives a forward: no key, no value, an empty value,
+job headers before the tagger's (with None, empty and binary values, a repeated name), large
+values, and the other version's records in between (suppressed).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from cutover.broker import BrokerUnderTest, create_topics
+from cutover.headers import SRC, VERSION, TaggedRecord, heartbeat_headers, parse_headers
+from cutover.plan import CutoverPlan, Segment
+from cutover.settings import parse_settings
+from router import compiled
+from router.datapath import DataPath
+from tests.topics import RawRecord, read_topic
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 2
+RECORDS = 3000
+
+Headers = list[tuple[str, bytes | None]]
+
+
+def _record(rng: random.Random, i: int, t: int) -> tuple[bytes | None, bytes | None, Headers]:
+    version = "blue" if i % 3 else "green"
+    job: Headers = [(rng.choice(["trace", "x-id", "span", "trace"]),
+                     rng.choice([b"abc", b"", None, bytes(range(256)), b"\x00\xff"]))
+                    for _ in range(rng.randrange(4))]
+    tagged = list(TaggedRecord(version=version, event_time=t, watermark=t - 1000,
+                               batch=i // 100).to_headers())
+    key = None if i % 7 == 0 else b"k%d" % i
+    value: bytes | None = (None if i % 11 == 0 else b"" if i % 13 == 0
+                           else b"v%d-" % i + rng.randbytes(rng.choice([0, 10, 3000])))
+    return key, value, job + tagged
+
+
+def test_direct_forwards_are_the_raw_records(broker: BrokerUnderTest, tmp_path: Path) -> None:
+    if broker.kind == "tansu":
+        pytest.skip("forwards are produced directly into transactions; they are off on Tansu")
+    assert compiled.enabled(), compiled.path_name()
+    assert compiled.DIRECT_PRODUCE is None, compiled.DIRECT_PRODUCE  # on with this client
+    assert compiled._fastpath is not None
+    bootstrap = broker.bootstrap
+    n = uuid.uuid4().hex[:8]
+    raw, out, control, status = (f"dp-{x}-{n}" for x in ("raw", "out", "ctl", "st"))
+    create_topics(bootstrap, {raw: PARTITIONS, out: PARTITIONS, f"{out}.dlq": PARTITIONS,
+                              control: 1, status: 1})
+    rng = random.Random(20261126)
+    base = int(time.time() * 1000) - 60_000
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(RECORDS):
+        key, value, headers = _record(rng, i, base + i)
+        p.produce(raw, value, key, partition=i % PARTITIONS, headers=headers)
+        if i % 250 == 249:  # a heartbeat ends a compiled run: the next starts held by Python
+            for q in range(PARTITIONS):
+                p.produce(raw, None, None, partition=q,
+                          headers=heartbeat_headers("green", base + i - 1000, i // 100))
+    plan = CutoverPlan(route="r", epoch=1, segments=(Segment(from_event_time=None,
+                                                             primary="blue"),))
+    p.produce(control, plan.to_json(), b"r")
+    assert p.flush(30) == 0
+    sent = {(r.partition, r.offset): r for r in read_topic(bootstrap, raw)}  # as written
+    assert len(sent) == RECORDS + RECORDS // 250 * PARTITIONS
+    for v in ("blue", "green"):  # versions seen: the first record of each is not decided
+        parse_headers(TaggedRecord(version=v, event_time=1, watermark=0,  # by the general path
+                                   batch=0).to_headers())
+
+    settings = parse_settings({
+        "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
+        "group_id": f"dp-{n}", "state_dir": str(tmp_path / "state"), "http_port": None,
+        "transactions": "on", "kafka": {"session.timeout.ms": 6000},
+        "routes": [{"name": "r", "inputs": [raw], "output": out}]})
+    before = compiled._fastpath.produced_directly()
+    engine = DataPath(settings, "dp")
+    th = threading.Thread(target=engine.run, daemon=True)
+    th.start()
+    forwards = sum(1 for i in range(RECORDS) if i % 3)
+    deadline = time.monotonic() + 90
+    try:
+        while sum(o.router.counters.forwarded for o in list(engine.owned.values())) < forwards:
+            assert time.monotonic() < deadline, "the router did not forward every record"
+            assert th.is_alive(), "the router stopped"
+            time.sleep(0.05)
+        time.sleep(1.0)  # the last batch's commits
+    finally:
+        engine.stop()
+        th.join(30)
+    direct = compiled._fastpath.produced_directly() - before
+
+    got: list[RawRecord] = read_topic(bootstrap, out)
+    assert len(got) == forwards
+    last = [-1] * PARTITIONS
+    for rec in got:
+        src_topic, src_p, src_off = (rec.header(SRC) or "::").rsplit(":", 2)
+        assert (src_topic, int(src_p)) == (raw, rec.partition)
+        off = int(src_off)
+        assert off > last[rec.partition], "the output is out of the raw partition's order"
+        last[rec.partition] = off
+        was = sent[(rec.partition, off)]
+        assert was.header(VERSION) == "blue"
+        assert (rec.key, rec.value) == (was.key, was.value)
+        assert rec.headers == (*was.headers, (SRC, f"{raw}:{rec.partition}:{off}".encode()))
+    # Each output partition's last forward of a batch goes through Producer.produce (its
+    # delivery report is read), and so does the first of each compiled run (held over from
+    # the run before); every other forward was produced directly.
+    runs = (RECORDS // 250 + 1) * PARTITIONS
+    assert forwards - 2 * runs <= direct < forwards, (direct, forwards)

@@ -122,6 +122,22 @@ static int recognize_c(VersionCache *c, PyObject *known, const char *const names
     return 1;
 }
 
+/* librdkafka's functions ``names`` into ``found``, from ``lib`` (the path of the library the
+ * client loaded, or None): None, or why not as a str; NULL on error. */
+static PyObject *find_rdkafka(PyObject *lib, const char *const *names, void **found, int n) {
+    if (lib == Py_None)
+        return PyUnicode_FromString("librdkafka was not found among the loaded libraries");
+    const char *path = PyUnicode_AsUTF8(lib);
+    if (path == NULL) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h == NULL) return PyUnicode_FromFormat("%s is not loaded", path);
+    for (int k = 0; k < n; k++) found[k] = dlsym(h, names[k]);
+    dlclose(h);  /* the client keeps it loaded */
+    for (int k = 0; k < n; k++)
+        if (found[k] == NULL) return PyUnicode_FromFormat("%s has no %s", path, names[k]);
+    Py_RETURN_NONE;
+}
+
 /* Why ``sample`` (a Message of type ``mt`` constructed with topic, partition, offset,
  * timestamp and the headers list ``hlist``) cannot be read directly, as a str; or None, with
  * librdkafka's header functions found in ``lib`` (the path of the library the client loaded,
@@ -140,18 +156,13 @@ static PyObject *message_refusal(PyTypeObject *mt, PyObject *sample, PyObject *t
         || m->c_headers != NULL || m->error != NULL || m->partition != partition
         || m->offset != offset || m->timestamp != timestamp)
         return PyUnicode_FromString("confluent_kafka.Message's fields are not where expected");
-    if (lib == Py_None)
-        return PyUnicode_FromString("librdkafka was not found among the loaded libraries");
-    const char *path = PyUnicode_AsUTF8(lib);
-    if (path == NULL) return NULL;
-    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (h == NULL) return PyUnicode_FromFormat("%s is not loaded", path);
-    header_cnt = (header_cnt_fn)dlsym(h, "rd_kafka_header_cnt");
-    header_get_all = (header_get_all_fn)dlsym(h, "rd_kafka_header_get_all");
-    dlclose(h);  /* the client keeps it loaded */
-    if (header_cnt == NULL || header_get_all == NULL)
-        return PyUnicode_FromFormat("%s has no rd_kafka_header_get_all", path);
-    Py_RETURN_NONE;
+    static const char *const names[2] = {"rd_kafka_header_cnt", "rd_kafka_header_get_all"};
+    void *found[2];
+    PyObject *missing = find_rdkafka(lib, names, found, 2);
+    if (missing != Py_None) return missing;
+    header_cnt = (header_cnt_fn)found[0];
+    header_get_all = (header_get_all_fn)found[1];
+    return missing;
 }
 
 #endif

@@ -24,7 +24,6 @@
 #define CUTOVER_PRODUCE_H
 
 #include <Python.h>
-#include <dlfcn.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -89,22 +88,18 @@ static PyObject *producer_refusal(PyTypeObject *pt, PyObject *lib) {
     if (pt->tp_basicsize != (Py_ssize_t)sizeof(CKHandle))
         return PyUnicode_FromFormat("confluent_kafka.Producer is %zd bytes, not %zd",
                                     pt->tp_basicsize, (Py_ssize_t)sizeof(CKHandle));
-    if (lib == Py_None)
-        return PyUnicode_FromString("librdkafka was not found among the loaded libraries");
-    const char *path = PyUnicode_AsUTF8(lib);
-    if (path == NULL) return NULL;
-    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    if (h == NULL) return PyUnicode_FromFormat("%s is not loaded", path);
-    producev = (producev_fn)dlsym(h, "rd_kafka_producev");
-    headers_copy = (headers_copy_fn)dlsym(h, "rd_kafka_headers_copy");
-    header_add = (header_add_fn)dlsym(h, "rd_kafka_header_add");
-    headers_destroy = (headers_destroy_fn)dlsym(h, "rd_kafka_headers_destroy");
-    rk_opaque = (opaque_fn)dlsym(h, "rd_kafka_opaque");
-    dlclose(h);  /* the client keeps it loaded */
-    if (producev == NULL || headers_copy == NULL || header_add == NULL
-        || headers_destroy == NULL || rk_opaque == NULL)
-        return PyUnicode_FromFormat("%s lacks rd_kafka_producev or its header functions", path);
-    Py_RETURN_NONE;
+    static const char *const names[5] = {"rd_kafka_producev", "rd_kafka_headers_copy",
+                                         "rd_kafka_header_add", "rd_kafka_headers_destroy",
+                                         "rd_kafka_opaque"};
+    void *found[5];
+    PyObject *missing = find_rdkafka(lib, names, found, 5);
+    if (missing != Py_None) return missing;
+    producev = (producev_fn)found[0];
+    headers_copy = (headers_copy_fn)found[1];
+    header_add = (header_add_fn)found[2];
+    headers_destroy = (headers_destroy_fn)found[3];
+    rk_opaque = (opaque_fn)found[4];
+    return missing;
 }
 
 /* ``producer``'s handle if its records can be produced directly: the checked type, open, no

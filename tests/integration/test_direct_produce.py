@@ -17,14 +17,20 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import SRC, VERSION, TaggedRecord, heartbeat_headers, parse_headers
 from cutover.plan import CutoverPlan, Segment
-from cutover.settings import parse_settings
+from cutover.settings import RouteSettings, parse_settings
 from router import compiled
 from router.datapath import DataPath
+from router.decision import PartitionRouter
+from router.dedup_store import DedupStore
+from router.durability import Durability
+from router.identity import record_identity
+from router.output_writer import OutputWriter
+from router.partition import Owned, RouteRuntime
 from tests.topics import RawRecord, read_topic
 
 pytestmark = pytest.mark.broker
@@ -119,3 +125,74 @@ def test_direct_forwards_are_the_raw_records(broker: BrokerUnderTest, tmp_path: 
     # the run before); every other forward was produced directly.
     runs = (RECORDS // 250 + 1) * PARTITIONS
     assert forwards - 2 * runs <= direct < forwards, (direct, forwards)
+
+
+def test_a_refused_direct_produce_queues_the_forwards_unchanged(broker: BrokerUnderTest,
+                                                                tmp_path: Path) -> None:
+    """A produce librdkafka refuses (here: no transaction begun) gives the record's headers
+    back, bg.src already on them; the forward goes through Producer.produce, which meets the
+    error again, and the stream queues it and the rest: each with its headers once and one
+    bg.src, in order."""
+    if broker.kind == "tansu":
+        pytest.skip("forwards are produced directly into transactions; they are off on Tansu")
+    assert compiled._fastpath is not None and compiled.DIRECT_PRODUCE is None
+    bootstrap = broker.bootstrap
+    n = uuid.uuid4().hex[:8]
+    raw, out = f"dpr-raw-{n}", f"dpr-out-{n}"
+    create_topics(bootstrap, {raw: 1, out: 1})
+    base = int(time.time() * 1000) - 60_000
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    written = [[("trace", b"t%d" % i), *TaggedRecord(
+        version="blue", event_time=base + i, watermark=base - 1000, batch=0).to_headers()]
+        for i in range(6)]
+    for i in range(6):
+        p.produce(raw, b"v%d" % i, b"k%d" % i, partition=0, headers=written[i])
+    assert p.flush(30) == 0
+    consumed = read_messages(bootstrap, raw, 6)
+    parse_headers(TaggedRecord(version="blue", event_time=1, watermark=0, batch=0).to_headers())
+
+    rs = RouteSettings.model_validate({"name": "r", "inputs": [raw], "output": out})
+    store = DedupStore(tmp_path / "store")
+    router = PartitionRouter(0, identity=record_identity, store=store,
+                             retention_ms=rs.dedup.retention_ms)
+    router.apply_plan(CutoverPlan(route="r", epoch=1,
+                                  segments=(Segment(from_event_time=None, primary="blue"),)))
+    owned = Owned(RouteRuntime(rs, record_identity, 1), 0, router, store,
+                  Durability(next_offsets={raw: 0}, out_pos=0, known_end=0, rebuild_from=0))
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"dpr-{n}"})
+    producer.init_transactions(30)   # and no transaction begun: every produce is refused
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dpr-probe-{n}"})
+    writer = OutputWriter({"bootstrap.servers": bootstrap}, producer, probe)
+    try:
+        stream = writer.open_stream(owned, producer)
+        before = compiled._fastpath.produced_directly()
+        assert compiled.make_run(owned, raw, stream, writer.queue).scan(consumed, 0) == 6
+        writer.end_streams()
+        assert compiled._fastpath.produced_directly() == before
+        assert not stream.live and owned.durability.queued == 6
+        assert [(q[2], q[3]) for q in writer.queue] == [(b"k%d" % i, b"v%d" % i)
+                                                        for i in range(6)]
+        for i, q in enumerate(writer.queue):
+            src = f"{raw}:0:{i}".encode()
+            assert q[5] == src
+            assert q[4] == [*written[i], (SRC, src)], q[4]
+    finally:
+        probe.close()
+        store.close()
+
+
+def read_messages(bootstrap: str, topic: str, count: int) -> list[Message]:
+    """The first ``count`` records of partition 0 of ``topic``, as consumed (their headers
+    still librdkafka's)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[Message] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            got.extend(m for m in c.consume(count - len(got), 1) if m.error() is None)
+    finally:
+        c.close()
+    assert len(got) == count
+    return got

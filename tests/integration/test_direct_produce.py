@@ -100,7 +100,7 @@ def test_direct_forwards_are_the_raw_records(broker: BrokerUnderTest, tmp_path: 
         batches += 1
         handle(msgs)
 
-    engine._handle = counted  # type: ignore[method-assign]
+    engine._handle = counted
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
     forwards = sum(1 for i in range(RECORDS) if i % 3)

@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from cutover.broker_base import BrokerError, free_port
+from cutover.child_process import dies_with_parent
 
 KAFKA_LIBS_ENV = "CUTOVER_KAFKA_LIBS"
 KAFKA_HEAP_ENV = "CUTOVER_KAFKA_HEAP"
@@ -224,8 +225,8 @@ class KafkaCluster:
                          heap=heap)
         with self.log_path(node).open("ab") as log:
             node.process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                dies_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
             )
 
     def log_tail(self, node: KafkaNode, lines: int = 25) -> str:

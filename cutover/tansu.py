@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cutover.broker_base import BrokerError, free_port, wait_until_ready
+from cutover.child_process import dies_with_parent
 
 TANSU_CLUSTER_ID = "tansu_cluster"
 
@@ -93,8 +94,9 @@ class EmbeddedBroker:
             self.log_path = Path(name)
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [str(tansu_binary()), "broker", "--listener-url", url,
-             "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+            dies_with_parent([str(tansu_binary()), "broker", "--listener-url", url,
+                              "--advertised-listener-url", url,
+                              "--storage-engine", "memory://tansu/"]),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )

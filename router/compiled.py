@@ -96,9 +96,10 @@ def _loaded_librdkafka() -> str | None:
     return None
 
 
-def _use_direct_reads() -> str | None:
-    """Turn on direct reads of consumed records (router/_message.h, ``CKMessage``): None, or
-    why they stay off."""
+def _use_direct_reads(rdkafka: str | None) -> str | None:
+    """Turn on direct reads of consumed records (router/_message.h, ``CKMessage``), with
+    librdkafka's functions from ``rdkafka`` (:func:`_loaded_librdkafka`): None, or why they stay
+    off."""
     assert _fastpath is not None
     headers = [("cutover-layout", b"1")]
     fields = {"topic": "cutover-layout-check", "partition": 7, "offset": 123_456_789_012,
@@ -110,7 +111,7 @@ def _use_direct_reads() -> str | None:
     except TypeError as exc:  # an older client: no Message constructor
         return f"confluent_kafka.Message cannot be constructed to check it: {exc}"
     reason: str | None = _fastpath.use_direct_reads(sample=sample, headers=headers,
-                                                    rdkafka=_loaded_librdkafka(), **fields)
+                                                    rdkafka=rdkafka, **fields)
     return reason
 
 
@@ -123,9 +124,9 @@ if _fastpath is not None:
                         message_type=Message,
                         version=hdr.VERSION, event_time=hdr.EVENT_TIME,
                         watermark=hdr.WATERMARK, batch=hdr.BATCH, kind=hdr.KIND, src=hdr.SRC)
-    DIRECT_READS = _use_direct_reads()
-    DIRECT_PRODUCE = _fastpath.use_direct_produce(producer_type=Producer,
-                                                  rdkafka=_loaded_librdkafka())
+    _rdkafka = _loaded_librdkafka()   # the process's memory map, read once
+    DIRECT_READS = _use_direct_reads(_rdkafka)
+    DIRECT_PRODUCE = _fastpath.use_direct_produce(producer_type=Producer, rdkafka=_rdkafka)
 
 
 def make_run(owned: Owned, topic: str, stream: InlineStream | None,

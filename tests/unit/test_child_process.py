@@ -29,6 +29,13 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
 @pytest.mark.skipif(shutil.which("setpriv") is None or not Path("/proc").is_dir(),
                     reason="setpriv (util-linux) and /proc are Linux's")
 def test_a_child_started_so_dies_when_its_starter_is_killed() -> None:
@@ -37,6 +44,9 @@ def test_a_child_started_so_dies_when_its_starter_is_killed() -> None:
     assert starter.stdout is not None
     pid = int(starter.stdout.readline())
     try:
+        deadline = time.monotonic() + 10  # setpriv has asked for the signal once sleep runs
+        while not _cmdline(pid).startswith(b"sleep") and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert _alive(pid)
         starter.kill()   # as a segfault or kill -9 would: no teardown runs
         starter.wait(10)

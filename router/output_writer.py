@@ -78,6 +78,9 @@ class OutputWriter:
         self.queue: list[Output] = []
         # output partition -> its forwards of this batch produced as decided (transactions)
         self.streams: dict[Destination, InlineStream] = {}
+        # The end of every owned output partition was checked in this batch, before its first
+        # stream opened (:meth:`fence_foreign_writes` with ``every``).
+        self._checked_every = False
 
     # -- queueing ---------------------------------------------------------------------------
 
@@ -118,11 +121,15 @@ class OutputWriter:
             stream = self.streams[dest] = InlineStream(dest[0], producer, self)
         return stream
 
-    def end_streams(self) -> None:
-        """The batch is decided: queue each stream's held-back record (produced last)."""
+    def end_streams(self) -> bool:
+        """The batch is decided: queue each stream's held-back record (produced last). True
+        when the end of every owned output partition was checked in this batch, before any of
+        its output was produced (the batch's first stream did it)."""
         for stream in self.streams.values():
             stream.stop()
         self.streams.clear()
+        checked, self._checked_every = self._checked_every, False
+        return checked
 
     # -- fencing ------------------------------------------------------------------------------
 
@@ -149,6 +156,7 @@ class OutputWriter:
             latest = ends[(tp.topic, tp.partition)]
             if latest > owned.durability.known_end:
                 self._absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
+        self._checked_every = self._checked_every or every
 
     def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
                         end: int = 0) -> None:

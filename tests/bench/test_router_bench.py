@@ -36,7 +36,7 @@ PARTITIONS = 4
 BASE_T = 1_767_225_600_000
 
 
-ROUNDS = 3
+ROUNDS = 5
 TXN_ROUNDS = 5
 BATCH = 1000             # events per emulated micro-batch, each followed by heartbeats
 

@@ -225,10 +225,10 @@ class BatchEnd:
         of every output partition was read in this batch already, before its first output
         was produced as decided (router.inline_output, with transactions); the queued output
         (the records held back to be produced last, and what followed a stream that stopped)
-        is then not checked again. Records another writer put there since are found where
-        they land, after delivery and before the commit, as they are for the records produced
-        as decided. That saves the batch a ListOffsets round trip on the data path's thread
-        (5-10 ms on the test broker; docs/performance.md)."""
+        is then not checked again. A second ask could not see more than the delivery check
+        after it does: once the batch's transaction holds records in the partition, the last
+        stable offset stops at the first of them. That saves the batch a ListOffsets round
+        trip on the data path's thread (5-10 ms on the test broker; docs/performance.md)."""
         self.check_ownership()  # again, as late as possible before writing
         if not checked:
             self.writer.fence_foreign_writes(self.owned.values())

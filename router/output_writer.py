@@ -65,6 +65,24 @@ def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, De
     return last
 
 
+def _report_unread(owned: Owned, queued: int) -> None:
+    """After the read of another writer's records that landed before this batch's: offsets
+    of the output partition that are neither those records nor the batch's ``queued`` own.
+    With transactions these are records another writer put among the batch's own while its
+    transaction is open: past the last stable offset, which the transaction holds at its
+    first record, so they cannot be read before the commit, and are not taken in. Said, so
+    that they are not silent."""
+    dur = owned.durability
+    unread = dur.delivered_to - dur.known_end - queued
+    if unread > 0:
+        log.error("output %s:%d: %d of offsets %d..%d hold another writer's records among "
+                  "this worker's own, in its open transaction: they cannot be read "
+                  "before its commit and were not taken in (they may duplicate records this "
+                  "worker forwards); find the other writer of the output topic and stop it",
+                  owned.route.settings.output, owned.partition, unread, dur.known_end,
+                  dur.delivered_to - 1)
+
+
 class OutputWriter:
     """Writes the batches of the partitions this worker owns."""
 
@@ -285,7 +303,7 @@ class OutputWriter:
                                     "the worker stops and resumes from its checkpoint")
         for owned in writing:
             dur = owned.durability
-            start = dur.known_end
+            start, queued = dur.known_end, dur.queued
             if not dur.take_delivery():
                 out, part = owned.route.settings.output, owned.partition
                 ours: dict[bytes, int] = {}
@@ -293,5 +311,6 @@ class OutputWriter:
                     if topic == out and p == part and src is not None:
                         ours[src] = ours.get(src, 0) + 1
                 self._absorb_foreign(owned, start, ours)
+                _report_unread(owned, queued)
             dur.settle_delivery()
         return writing

@@ -130,3 +130,29 @@ def test_a_produce_error_queues_the_rest_for_the_batch_s_end(broker: BrokerUnder
     assert [q[3] for q in writer.queue] == [b"v0", b"v1", b"v2"]
     assert owned.durability.queued == 3
     writer.probe.close()
+
+
+def test_another_writer_s_records_inside_the_open_transaction_are_reported(
+    broker: BrokerUnderTest, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """They land past the last stable offset, which the batch's own transaction holds at its
+    first record, so the delivery check cannot read them before the commit (a known gap,
+    README "Durability"); it says so rather than passing over them in silence."""
+    t = _Transactional.start(broker, tmp_path)
+    raw, out, owned, producer, writer = t.raw, t.out, t.owned, t.producer, t.writer
+    writer.fence_foreign_writes([owned], every=True)
+    producer.begin_transaction()
+    stream = writer.open_stream(owned, producer)
+    for i in range(3):
+        stream.send(owned, raw, i, None, b"k%d" % i, b"v%d" % i)
+    assert producer.flush(10) == 0          # two produced as decided, the third held back
+    other = Producer({"bootstrap.servers": t.bootstrap})
+    other.produce(out, b"foreign", b"kf", partition=0, headers=[(SRC, f"{raw}:0:10".encode())])
+    assert other.flush(10) == 0
+    assert writer.end_streams() is True     # the batch's first stream read the end already
+    with caplog.at_level("ERROR", logger="cutover.router"):
+        writer.produce([owned], lambda: 10.0, lambda _t, _p: producer)
+    producer.commit_transaction(30)
+    assert "1 of offsets 0..3 hold another writer's records" in caplog.text
+    assert owned.durability.known_end == 4
+    writer.probe.close()

@@ -216,10 +216,10 @@ class BatchEnd:
             if self.writer.queue and fire("after-checkpoint"):
                 os._exit(137)
         if self.writer.queue:
-            self._send(None, False)
+            self._send(None)
             pause_at("pause-before-commit")
 
-    def _send(self, txn: PartitionTransactions | None, checked: bool) -> list[Owned]:
+    def _send(self, txn: PartitionTransactions | None, checked: bool = False) -> list[Owned]:
         """Produce the batch's queued output (through the partitions' transactional
         producers, if any), checking ownership right before and after. ``checked``: the end
         of every output partition was read in this batch already, before its first output

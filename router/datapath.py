@@ -114,7 +114,6 @@ class DataPath:
         self._txn: PartitionTransactions | None = None
         self._control: ControlReader | None = None
         self._parts: Assignment | None = None
-        self._fenced = False   # this batch's outputs checked for another writer's records
         self._end: BatchEnd | None = None
         # The per-record path: compiled where it can (router.compiled), else interpreted.
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
@@ -244,7 +243,6 @@ class DataPath:
                 self.board.control_event(event)
                 if isinstance(event, PlanAccepted):
                     self._apply_everywhere(event.plan)
-            self._fenced = False
             if self._end.complete():
                 self.board.changed = True
             del msgs
@@ -335,11 +333,10 @@ class DataPath:
         stream = writer.streams.get((owned.route.settings.output, owned.partition))
         if stream is None:
             try:
-                if not self._fenced:  # once per batch, for every owned partition: one request
+                if not writer.checked_every:  # once a batch, every owned partition at once
                     assert self._end is not None
                     self._end.check_ownership()
                     writer.fence_foreign_writes(self.owned.values(), every=True)
-                    self._fenced = True
                 txn.begin([key])
                 stream = writer.open_stream(owned, txn.producers[key])
             except (KafkaException, RouterError) as exc:

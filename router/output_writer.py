@@ -97,8 +97,8 @@ class OutputWriter:
         # output partition -> its forwards of this batch produced as decided (transactions)
         self.streams: dict[Destination, InlineStream] = {}
         # The end of every owned output partition was checked in this batch, before its first
-        # stream opened (:meth:`fence_foreign_writes` with ``every``).
-        self._checked_every = False
+        # stream opened (:meth:`fence_foreign_writes` with ``every``); reset by end_streams.
+        self.checked_every = False
 
     # -- queueing ---------------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ class OutputWriter:
         for stream in self.streams.values():
             stream.stop()
         self.streams.clear()
-        checked, self._checked_every = self._checked_every, False
+        checked, self.checked_every = self.checked_every, False
         return checked
 
     # -- fencing ------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ class OutputWriter:
             latest = ends[(tp.topic, tp.partition)]
             if latest > owned.durability.known_end:
                 self._absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
-        self._checked_every = self._checked_every or every
+        self.checked_every = self.checked_every or every
 
     def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
                         end: int = 0) -> None:

@@ -104,12 +104,16 @@ class OutputWriter:
 
     def forward(self, owned: Owned, topic: str, off: int, headers: Headers | None,
                 key: bytes | None, value: bytes | None) -> None:
-        """Queue raw record (topic, off) for output partition p, with its ``bg.src``."""
+        """Forward raw record (topic, off) to output partition p, with its ``bg.src``: into
+        the partition's output stream of this batch while it is live (router.inline_output;
+        a release of held records or a record the compiled path left, produced as decided
+        and in decision order like the fast path's), else queued for the batch's end."""
         p = owned.partition
         if self.streams:
             stream = self.streams.get((owned.route.settings.output, p))
             if stream is not None and stream.live:
-                stream.stop()   # its held record first: one partition's output stays in order
+                stream.send(owned, topic, off, headers, key, value)
+                return
         owned.durability.queue_forward(topic, off)
         src = f"{topic}:{p}:{off}".encode()
         hdrs: Headers = [*headers, (SRC, src)] if headers else [(SRC, src)]  # one list built

@@ -1,8 +1,8 @@
 """A transactional batch's forwards produced as decided (router.inline_output), on the broker.
 
 The stream holds back each output partition's newest forward, so the batch's last record is
-the one produced at its end; a forward queued on the general path stops the stream, and the
-partition's output stays in the order decided; the delivery check at the batch's end still
+the one produced at its end; a forward decided on the general path goes into the stream too,
+and the partition's output stays in the order decided; the delivery check at the batch's end still
 finds the batch contiguous; nothing is visible to a read_committed reader before the commit.
 """
 
@@ -97,12 +97,15 @@ def test_forwards_are_produced_as_decided_and_land_in_decision_order(
     assert _uncommitted(bootstrap, out) == 4, "the newest forward is held back"
     assert writer.queue == []
     writer.forward(owned, raw, 5, None, b"k5", value(5))   # a release, on the general path
-    assert [q[5] for q in writer.queue] == [f"{raw}:0:4".encode(), f"{raw}:0:5".encode()]
-    assert not stream.live
-    stream.send(owned, raw, 6, None, b"k6", value(6))      # the rest of the run: queued
+    assert producer.flush(10) == 0
+    assert _uncommitted(bootstrap, out) == 5, "produced as decided, the release held back"
+    assert writer.queue == [] and stream.live
+    stream.send(owned, raw, 6, None, b"k6", value(6))      # the rest of the run
+    assert [q[5] for q in writer.queue] == []
     writer.end_streams()
     assert writer.streams == {}
-    assert len(writer.queue) == 3 and owned.durability.queued == 7
+    assert [q[5] for q in writer.queue] == [f"{raw}:0:6".encode()]
+    assert owned.durability.queued == 7
     written = writer.produce([owned], lambda: 10.0, lambda _t, _p: producer)
     assert written == [owned]
     assert owned.durability.known_end == 7, "the batch landed contiguously"

@@ -301,7 +301,7 @@ def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
     dp._handle_all(warm)  # the versions become known to the header recognizer
     dp._apply_everywhere(CutoverPlan(route="r", epoch=1, segments=[
         Segment(from_event_time=None, primary="blue")]))
-    _end_batch(dp)  # the release above queued its forward, which stopped the batch's stream
+    _end_batch(dp)  # the warm-up's batch: a fresh stream below
     msgs = _messages([{"kind": "data", "t": T0 + i, "version": ("blue", "green")[i % 2],
                        "topic": RAW[0], "p": 0, "key": b"k%d" % i, "value": b"v",
                        "job": [], "odd": []} for i in range(200)], {(RAW[0], 0): 1})

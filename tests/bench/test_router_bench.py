@@ -27,7 +27,7 @@ from router.gc_pause import batch_gc_pause
 from router.kafka_io import PREFETCH
 from tests.bench.passthrough import forward_primary, pass_batch
 from tests.bench.report import load_line, record
-from tests.bench.router_clock import FirstRecords
+from tests.bench.router_clock import Durable, FirstRecords
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]
 
@@ -165,21 +165,20 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
             del os.environ[compiled.ENV]
         else:
             os.environ[compiled.ENV] = was
-    first = FirstRecords(engine)
-    th = threading.Thread(target=engine.run, daemon=True)
-    th.start()
-    t0 = first.wait()[0]
-
-    def done() -> int:
+    def decided() -> int:
         s = 0
         for o in list(engine.owned.values()):
             c = o.router.counters
             s += c.forwarded + c.duplicates + c.dead_lettered + sum(c.suppressed.values())
         return s
 
-    while done() < 2 * EVENTS:  # every data record decided; heartbeats are not decisions
-        time.sleep(0.01)
-    rate = total / (time.monotonic() - t0)
+    first = FirstRecords(engine)
+    # every data record decided (heartbeats are not decisions), and that batch durable
+    durable = Durable(engine, decided, 2 * EVENTS)
+    th = threading.Thread(target=engine.run, daemon=True)
+    th.start()
+    t0 = first.wait()[0]
+    rate = total / (durable.wait()[0] - t0)
     forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())
     engine.stop()
     th.join(30)

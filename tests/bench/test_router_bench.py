@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -74,6 +76,16 @@ def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One run: raw records/s (wall), and the process's CPU per raw record, every thread's
+    (librdkafka's included), over the same window: the figure that moves least with the
+    machine's load (tests.bench.checkout_round)."""
+
+    per_s: float
+    cpu_us: float
+
+
 # The loops' output producer: the router's linger (5 ms), a queue that never fills here.
 OUTPUT_PRODUCER = {"linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
                    "batch.num.messages": 10000}
@@ -87,24 +99,24 @@ def _assigned(bootstrap: str, raw: str, group: str) -> Consumer:
     return c
 
 
-def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> float:
+def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     c = _assigned(bootstrap, raw, f"pt-{raw}")
     p = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER})
     n = 0
-    t0 = None
+    t0 = c0 = None
     while n < total:
         msgs = c.consume(20_000, 0.05)
         if msgs and t0 is None:
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), time.process_time()
         with batch_gc_pause():  # as the router's data path does
             n += pass_batch(p, out, msgs)
             p.flush(60)
             c.commit(asynchronous=True) if msgs else None
             del msgs
-    assert t0 is not None
-    rate = total / (time.monotonic() - t0)
+    assert t0 is not None and c0 is not None
+    done = Measured(total / (time.monotonic() - t0), (time.process_time() - c0) / total * 1e6)
     c.close()
-    return rate
+    return done
 
 
 def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> float:
@@ -142,8 +154,8 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> float:
 
 
 def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
-            state: Path, transactions: str = "auto", compiled_path: bool = True) -> float:
-    """The router's raw records/s; ``compiled_path`` False: the interpreted per-record loop
+            state: Path, transactions: str = "auto", compiled_path: bool = True) -> Measured:
+    """The router's run; ``compiled_path`` False: the interpreted per-record loop
     (router.compiled)."""
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
@@ -177,13 +189,14 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
     durable = Durable(engine, decided, 2 * EVENTS)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
-    t0 = first.wait()[0]
-    rate = total / (durable.wait()[0] - t0)
+    t0, c0 = first.wait()
+    t1, c1 = durable.wait()
+    done = Measured(total / (t1 - t0), (c1 - c0) / total * 1e6)
     forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())
     engine.stop()
     th.join(30)
     assert forwarded == EVENTS
-    return rate
+    return done
 
 
 def _faust_agent(bootstrap: str, raw: str, out: str, count: int, datadir: Path) -> float:
@@ -218,7 +231,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
     _passthrough(bootstrap, raw, f"{out_pt}-warm", total)
     _router(bootstrap, raw, warm, f"ctl-{tag}", f"st-{tag}", total, tmp_path / "state-warm")
     shutil.rmtree(tmp_path / "state-warm", ignore_errors=True)
-    rounds: list[tuple[float, float]] = []
+    rounds: list[tuple[Measured, Measured]] = []   # (pass-through loop, router)
     interpreted: list[float] = []   # router / pass-through, the interpreted per-record loop
     floor: list[float] = []         # transactional floor / pass-through
     for r in range(ROUNDS):
@@ -226,7 +239,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
         o_f = f"{out_pt}-floor{r}"
         create_topics(bootstrap, {o_pt: PARTITIONS, o_r: PARTITIONS, f"{o_r}.dlq": PARTITIONS,
                                   o_i: PARTITIONS, f"{o_i}.dlq": PARTITIONS, o_f: PARTITIONS})
-        runs = {
+        runs: dict[str, Callable[[], Measured | float]] = {
             "pt": partial(_passthrough, bootstrap, raw, o_pt, total),
             "floor": partial(_txn_floor, bootstrap, raw, o_f, total),
             "router": partial(_router, bootstrap, raw, o_r, f"ctl-{tag}", f"st-{tag}", total,
@@ -235,22 +248,30 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                               tmp_path / f"state-i{r}", compiled_path=False)}
         # the order alternates: the broker warms up over the run, which favours who goes last
         got = {name: runs[name]() for name in (runs if r % 2 == 0 else reversed(runs))}
-        pt_r, router_r, interp_r = got["pt"], got["router"], got["interp"]
-        floor.append(got["floor"] / pt_r)
+        pt_r, router_r, interp_r, floor_r = got["pt"], got["router"], got["interp"], got["floor"]
+        assert isinstance(pt_r, Measured) and isinstance(router_r, Measured)
+        assert isinstance(interp_r, Measured) and isinstance(floor_r, float)
+        floor.append(floor_r / pt_r.per_s)
         for d in (f"state-{r}", f"state-i{r}"):
             shutil.rmtree(tmp_path / d, ignore_errors=True)
         rounds.append((pt_r, router_r))
-        interpreted.append(interp_r / pt_r)
-        print(f"\nround {r + 1}: confluent pass-through loop {pt_r:,.0f} records/s, router "
-              f"{router_r:,.0f} records/s = {router_r / pt_r:.0%}; interpreted per-record "
-              f"loop {interp_r:,.0f} records/s = {interp_r / pt_r:.0%}; transactional floor "
-              f"{got['floor']:,.0f} records/s = {got['floor'] / pt_r:.0%}", flush=True)
-    pt, router = sorted(rounds, key=lambda x: x[1] / x[0])[len(rounds) // 2]
+        interpreted.append(interp_r.per_s / pt_r.per_s)
+        print(f"\nround {r + 1}: confluent pass-through loop {pt_r.per_s:,.0f} records/s "
+              f"({pt_r.cpu_us:.2f} us CPU per record), router {router_r.per_s:,.0f} records/s "
+              f"({router_r.cpu_us:.2f} us) = {router_r.per_s / pt_r.per_s:.0%}; interpreted "
+              f"per-record loop {interp_r.per_s:,.0f} records/s = "
+              f"{interp_r.per_s / pt_r.per_s:.0%}; transactional floor {floor_r:,.0f} "
+              f"records/s = {floor_r / pt_r.per_s:.0%}", flush=True)
+    ratios = [b.per_s / a.per_s for a, b in rounds]
+    cpu = [b.cpu_us / a.cpu_us for a, b in rounds]
+    pt, router = (m.per_s for m in sorted(rounds, key=lambda x: x[1].per_s / x[0].per_s)
+                  [len(rounds) // 2])
     print(f"\nconfluent pass-through loop: {pt:,.0f} records/s (median round)")
     print(f"router (route + dedup + checkpoint): {router:,.0f} records/s "
           f"= {router / pt:.0%} of pass-through (median of {ROUNDS} rounds: "
-          f"{', '.join(f'{b / a:.0%}' for a, b in rounds)}); with the interpreted "
-          f"per-record loop {statistics.median(interpreted):.0%} (rounds "
+          f"{', '.join(f'{x:.0%}' for x in ratios)}); CPU per raw record "
+          f"{statistics.median(cpu):.2f}x the loop's (rounds {', '.join(f'{x:.2f}' for x in cpu)}"
+          f"); with the interpreted per-record loop {statistics.median(interpreted):.0%} (rounds "
           f"{', '.join(f'{x:.0%}' for x in interpreted)}); the transactional floor (half the "
           f"records, one transaction per partition and batch, nothing else) "
           f"{statistics.median(floor):.0%} (rounds {', '.join(f'{x:.0%}' for x in floor)})",
@@ -262,7 +283,8 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                                  "passthrough_per_s": round(pt), "router_per_s": round(router),
                                  "faust_agent_per_s": round(agent),
                                  "router_ratio": round(router / pt, 3),
-                                 "router_ratio_rounds": [round(b / a, 3) for a, b in rounds],
+                                 "router_ratio_rounds": [round(x, 3) for x in ratios],
+                                 "router_cpu_ratio_rounds": [round(x, 3) for x in cpu],
                                  "interpreted_ratio_rounds": [round(x, 3) for x in interpreted],
                                  "txn_floor_ratio_rounds": [round(x, 3) for x in floor],
                                  "faust_agent_ratio": round(agent / pt, 4)})
@@ -286,7 +308,7 @@ def test_router_transactions_cost(broker: BrokerUnderTest, tmp_path: Path) -> No
             out = f"bench.out-{tag}-{mode}-{r}"
             create_topics(bootstrap, {out: PARTITIONS, f"{out}.dlq": PARTITIONS})
             rates[mode] = _router(bootstrap, raw, out, ctl, st, total,
-                                  tmp_path / f"state-{mode}-{r}", transactions=mode)
+                                  tmp_path / f"state-{mode}-{r}", transactions=mode).per_s
             shutil.rmtree(tmp_path / f"state-{mode}-{r}", ignore_errors=True)
         rounds.append((rates["off"], rates["on"]))
         print(f"\nround {r + 1}: router without transactions {rates['off']:,.0f} records/s, "

@@ -224,11 +224,12 @@ class BatchEnd:
         producers, if any), checking ownership right before and after. ``checked``: the end
         of every output partition was read in this batch already, before its first output
         was produced as decided (router.inline_output, with transactions); the queued output
-        (the records held back to be produced last, and what followed a stream that stopped)
-        is then not checked again. A second ask could not see more than the delivery check
-        after it does: once the batch's transaction holds records in the partition, the last
-        stable offset stops at the first of them. That saves the batch a ListOffsets round
-        trip on the data path's thread (5-10 ms on the test broker; docs/performance.md)."""
+        (the records held back to be produced last, and what followed a stream that stopped
+        on a produce error) is then not checked again. A second ask could not see more than
+        the delivery check after it does: once the batch's transaction holds records in the
+        partition, the last stable offset stops at the first of them. That saves the batch a
+        ListOffsets round trip on the data path's thread (5-10 ms on the test broker;
+        docs/performance.md)."""
         self.check_ownership()  # again, as late as possible before writing
         if not checked:
             self.writer.fence_foreign_writes(self.owned.values())

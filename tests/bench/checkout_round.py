@@ -82,13 +82,13 @@ def router(bootstrap: str, raw: str, out: str, control: str, status: str,
             s += c.forwarded + c.duplicates + c.dead_lettered + sum(c.suppressed.values())
         return s
 
-    first = router_clock.FirstRecords(engine)
-    # every data record decided (heartbeats are not decisions), and that batch durable
-    durable = router_clock.Durable(engine, decided, 2 * EVENTS)
+    # from the first consumed records until every data record is decided (heartbeats are not
+    # decisions) and that batch is durable
+    clock = router_clock.RouterClock(engine, decided, 2 * EVENTS)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
-    t0, c0 = first.wait()
-    t1, c1 = durable.wait()
+    t0, c0 = clock.started()
+    t1, c1 = clock.durable()
     wall, cpu = t1 - t0, c1 - c0
     forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())
     engine.stop()

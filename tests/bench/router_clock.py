@@ -17,88 +17,80 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from router.datapath import DataPath
 
 
-class FirstRecords:
-    """Notes the clocks when ``engine`` first decides a consumed batch."""
+class Clock(NamedTuple):
+    wall: float   # time.monotonic()
+    cpu: float    # time.process_time(): every thread of the process
 
-    def __init__(self, engine: DataPath) -> None:
-        self.at: tuple[float, float] | None = None
-        self._seen = threading.Event()
-        handle = engine._handle  # the per-record path it runs (compiled or interpreted)
+
+class RouterClock:
+    """Notes the clocks at ``engine``'s first consumed batch (:meth:`started`) and once the
+    batch in which ``decided()`` reached ``total`` is durable (:meth:`durable`). Make it before
+    the engine runs: it wraps the engine's per-record path (compiled or interpreted) and, at
+    its first batch, the engine's batch end."""
+
+    def __init__(self, engine: DataPath, decided: Callable[[], int], total: int) -> None:
+        self.start: Clock | None = None
+        self.end: Clock | None = None
+        self._started = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._left = 0   # the last batch's commits still in flight
+        self._decided, self._total = decided, total
+        handle = engine._handle
 
         def first(msgs: list[Any]) -> None:
-            if self.at is None:
-                self.at = (time.monotonic(), time.process_time())
-                self._seen.set()
+            if self.start is None:
+                self._watch(engine)
+                self.start = Clock(time.monotonic(), time.process_time())
+                self._started.set()
             handle(msgs)
 
         engine._handle = first  # type: ignore[method-assign]
 
-    def wait(self, timeout: float = 120.0) -> tuple[float, float]:
-        """(monotonic, process CPU) seconds at the first consumed records."""
-        if not self._seen.wait(timeout) or self.at is None:
-            raise TimeoutError(f"the router consumed nothing in {timeout:.0f} s")
-        return self.at
+    def _watch(self, engine: DataPath) -> None:
+        end = engine._end        # made by the engine's run(), before its first batch
+        assert end is not None
+        complete = end.complete
 
+        def completing() -> bool:
+            last = self.end is None and self._left == 0 and self._decided() >= self._total
+            out = complete()
+            if last:
+                ended = end._ended
+                futures = [] if ended is None or ended.commits is None \
+                    else ended.commits.futures
+                self._left = len(futures)
+                if not futures:
+                    self._note_end()
+                for f in futures:
+                    f.add_done_callback(lambda _f: self._one_committed())
+            return out
 
-class Durable:
-    """Notes the clocks when the batch in which ``decided()`` reached ``total`` is durable (see
-    above). Make it before the engine runs."""
+        end.complete = completing  # type: ignore[method-assign]
 
-    def __init__(self, engine: DataPath, decided: Callable[[], int], total: int) -> None:
-        self.at: tuple[float, float] | None = None
-        self._done = threading.Event()
-        self._lock = threading.Lock()
-        self._left = 0
-        handle = engine._handle
-        armed = False
-
-        def arm(msgs: list[Any]) -> None:
-            nonlocal armed
-            if not armed:
-                armed = True
-                watch(engine)
-            handle(msgs)
-
-        def watch(engine: DataPath) -> None:
-            end = engine._end        # made by the engine's run(), before its first batch
-            assert end is not None
-            complete = end.complete
-
-            def completing() -> bool:
-                last = self.at is None and self._left == 0 and decided() >= total
-                out = complete()
-                if last:
-                    ended = end._ended
-                    futures = [] if ended is None or ended.commits is None \
-                        else ended.commits.futures
-                    self._left = len(futures)
-                    if not futures:
-                        self._note()
-                    for f in futures:
-                        f.add_done_callback(lambda _f: self._one_done())
-                return out
-
-            end.complete = completing  # type: ignore[method-assign]
-
-        engine._handle = arm  # type: ignore[method-assign]
-
-    def _one_done(self) -> None:
+    def _one_committed(self) -> None:
         with self._lock:
             self._left -= 1
             if self._left == 0:
-                self._note()
+                self._note_end()
 
-    def _note(self) -> None:
-        self.at = (time.monotonic(), time.process_time())
+    def _note_end(self) -> None:
+        self.end = Clock(time.monotonic(), time.process_time())
         self._done.set()
 
-    def wait(self, timeout: float = 300.0) -> tuple[float, float]:
-        """(monotonic, process CPU) seconds once that batch is durable."""
-        if not self._done.wait(timeout) or self.at is None:
+    def started(self, timeout: float = 120.0) -> Clock:
+        """The clocks at the first consumed records."""
+        if not self._started.wait(timeout) or self.start is None:
+            raise TimeoutError(f"the router consumed nothing in {timeout:.0f} s")
+        return self.start
+
+    def durable(self, timeout: float = 300.0) -> Clock:
+        """The clocks once the batch that decided the last record is durable."""
+        if not self._done.wait(timeout) or self.end is None:
             raise TimeoutError(f"the router's last batch was not durable in {timeout:.0f} s")
-        return self.at
+        return self.end

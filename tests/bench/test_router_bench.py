@@ -29,7 +29,7 @@ from router.gc_pause import batch_gc_pause
 from router.kafka_io import PREFETCH
 from tests.bench.passthrough import forward_primary, pass_batch
 from tests.bench.report import load_line, record
-from tests.bench.router_clock import Durable, FirstRecords
+from tests.bench.router_clock import RouterClock
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]
 
@@ -119,7 +119,7 @@ def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     return done
 
 
-def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> float:
+def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     """The least a transactional router does on this data, and nothing else: the pass-through
     loop, but it forwards only one version's records (half of them, as the router does) through
     one transactional producer per partition and commits each partition's transaction per
@@ -133,11 +133,11 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> float:
         pr.init_transactions(30)
         producers.append(pr)
     n = 0
-    t0 = None
+    t0 = c0 = None
     while n < total:
         msgs = c.consume(20_000, 0.05)
         if msgs and t0 is None:
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), time.process_time()
         with batch_gc_pause():
             if msgs:
                 for pr in producers:
@@ -147,10 +147,10 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> float:
                     pr.commit_transaction(30)
                 c.commit(asynchronous=True)
             del msgs
-    assert t0 is not None
-    rate = total / (time.monotonic() - t0)
+    assert t0 is not None and c0 is not None
+    done = Measured(total / (time.monotonic() - t0), (time.process_time() - c0) / total * 1e6)
     c.close()
-    return rate
+    return done
 
 
 def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
@@ -184,13 +184,13 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
             s += c.forwarded + c.duplicates + c.dead_lettered + sum(c.suppressed.values())
         return s
 
-    first = FirstRecords(engine)
-    # every data record decided (heartbeats are not decisions), and that batch durable
-    durable = Durable(engine, decided, 2 * EVENTS)
+    # from the first consumed records until every data record is decided (heartbeats are not
+    # decisions) and that batch is durable
+    clock = RouterClock(engine, decided, 2 * EVENTS)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
-    t0, c0 = first.wait()
-    t1, c1 = durable.wait()
+    t0, c0 = clock.started()
+    t1, c1 = clock.durable()
     done = Measured(total / (t1 - t0), (c1 - c0) / total * 1e6)
     forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())
     engine.stop()
@@ -239,7 +239,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
         o_f = f"{out_pt}-floor{r}"
         create_topics(bootstrap, {o_pt: PARTITIONS, o_r: PARTITIONS, f"{o_r}.dlq": PARTITIONS,
                                   o_i: PARTITIONS, f"{o_i}.dlq": PARTITIONS, o_f: PARTITIONS})
-        runs: dict[str, Callable[[], Measured | float]] = {
+        runs: dict[str, Callable[[], Measured]] = {
             "pt": partial(_passthrough, bootstrap, raw, o_pt, total),
             "floor": partial(_txn_floor, bootstrap, raw, o_f, total),
             "router": partial(_router, bootstrap, raw, o_r, f"ctl-{tag}", f"st-{tag}", total,
@@ -248,9 +248,8 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                               tmp_path / f"state-i{r}", compiled_path=False)}
         # the order alternates: the broker warms up over the run, which favours who goes last
         got = {name: runs[name]() for name in (runs if r % 2 == 0 else reversed(runs))}
-        pt_r, router_r, interp_r, floor_r = got["pt"], got["router"], got["interp"], got["floor"]
-        assert isinstance(pt_r, Measured) and isinstance(router_r, Measured)
-        assert isinstance(interp_r, Measured) and isinstance(floor_r, float)
+        pt_r, router_r, interp_r = got["pt"], got["router"], got["interp"]
+        floor_r = got["floor"].per_s
         floor.append(floor_r / pt_r.per_s)
         for d in (f"state-{r}", f"state-i{r}"):
             shutil.rmtree(tmp_path / d, ignore_errors=True)

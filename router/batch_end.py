@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from router.checkpoint import Checkpoint, write_checkpoints
 from router.failpoints import fire, pause_at
-from router.output_writer import OutputWriter
+from router.output_writer import OutputWriter, Sent
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
 from router.transactions import (
@@ -133,7 +133,7 @@ class BatchEnd:
         if self.txn is not None:
             got = write_batch(self.txn, self.ckpt_topic, ckpts, self._transaction_keys(),
                               bool(writer.queue), lambda: self._send(self.txn, checked),
-                              self.flush_store)
+                              max(self.clock.left(0.9), 1.0), self.flush_store)
             writer.queue.clear()
             if isinstance(got, Commits):  # settled by finish(), after the next consume
                 self._ended = Ended(dirty, offsets, commits=got)
@@ -219,24 +219,27 @@ class BatchEnd:
             self._send(None)
             pause_at("pause-before-commit")
 
-    def _send(self, txn: PartitionTransactions | None, checked: bool = False) -> list[Owned]:
+    def _send(self, txn: PartitionTransactions | None, checked: bool = False) -> Sent:
         """Produce the batch's queued output (through the partitions' transactional
-        producers, if any), checking ownership right before and after. ``checked``: the end
-        of every output partition was read in this batch already, before its first output
-        was produced as decided (router.inline_output, with transactions); the queued output
-        (the records held back to be produced last, and what followed a stream that stopped
-        on a produce error) is then not checked again. A second ask could not see more than
-        the delivery check after it does: once the batch's transaction holds records in the
-        partition, the last stable offset stops at the first of them. That saves the batch a
-        ListOffsets round trip on the data path's thread (5-10 ms on the test broker;
-        docs/performance.md)."""
+        producers, if any), checking ownership right before and after. Without transactions
+        the output is waited for and checked here; with them each partition's commit thread
+        does it (router.transactions.write_batch), while this thread consumes the next batch.
+        ``checked``: the end of every output partition was read in this batch already, before
+        its first output was produced as decided (router.inline_output, with transactions);
+        the queued output (the records held back to be produced last, and what followed a
+        stream that stopped on a produce error) is then not checked again. A second ask could
+        not see more than the delivery check after it does: once the batch's transaction holds
+        records in the partition, the last stable offset stops at the first of them. That
+        saves the batch a ListOffsets round trip on the data path's thread (5-10 ms on the
+        test broker; docs/performance.md)."""
         self.check_ownership()  # again, as late as possible before writing
         if not checked:
             self.writer.fence_foreign_writes(self.owned.values())
-        written = self.writer.produce(self.owned.values(), lambda: self.clock.left(0.9),
-                                      None if txn is None else txn.producer_of)
+        sent = self.writer.send(self.owned.values(), None if txn is None else txn.producer_of)
+        if txn is None:
+            self.writer.settle(sent, lambda: self.clock.left(0.9))
         self.check_ownership(after_write=True)
-        return written
+        return sent
 
     def _purge(self) -> None:
         """Drop identities older than each partition's retention window from its store."""

@@ -7,13 +7,15 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
 
 * ``after-checkpoint``: exit at once after a batch's checkpoint is written, before its output;
 * ``txn-before-send``: the batch's transactions are open, nothing of it is sent yet;
-* ``txn-after-send``: every record of the batch is delivered, the transactions not committed;
+* ``txn-after-send``: a partition's records of the batch are delivered and checked, its
+  transaction not committed (in its commit thread: router.transactions.write_batch);
 * ``txn-commit-timeout``: the first commit is given no time (a real client timeout);
 * ``txn-commit-fails``: the first commit takes half a second and then fails as one that
   needs an abort (it is aborted, and the partition replayed), while the worker consumes the
   next batch;
-* ``pause-before-commit``: the worker stops itself (SIGSTOP) after its batch is delivered and
-  before it commits it, and goes on where it stopped when the test sends SIGCONT (a zombie).
+* ``pause-before-commit``: the worker stops itself (SIGSTOP) after a partition's batch is
+  delivered and before it commits it (with transactions; without, after the whole batch),
+  and goes on where it stopped when the test sends SIGCONT (a zombie).
 """
 
 from __future__ import annotations

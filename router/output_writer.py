@@ -6,8 +6,13 @@ previous owner that stalled after its last ownership check (a zombie) can still 
 batch after this worker read the output back. Those records are read and absorbed (their raw
 offsets join the skip set, their identities the dedup store; queued outputs they already cover
 are dropped). After delivery it checks that each output partition received exactly its records,
-contiguously after the end it knew; anything else in between is absorbed the same way and
-reported.
+contiguously after the end it knew. Without transactions anything else in between is absorbed
+the same way and reported (:meth:`OutputWriter.settle`). With them the check runs in each
+partition's commit thread, before its commit (:meth:`Sent.check`), and a partition whose batch
+did not land contiguously is aborted and replayed from its checkpoint: what another writer put
+among the batch's own records cannot be read while the batch's transaction is open, and can
+once it is aborted. The data path's thread does not wait for the delivery: it consumes the next
+batch meanwhile (router.batch_end).
 
 Each queued output is a plain tuple (:data:`Output`), read by unpacking: the loop builds one per
 forwarded record, and a NamedTuple costs four to eight times as much to build (measured,
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -36,8 +42,10 @@ log = logging.getLogger("cutover.router")
 # last header), None for dead letters and shadow copies.
 Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
 Destination = tuple[str, int]   # (topic, partition) written to
-# A destination's producer and the delivery report its records carry (None: no report).
-Sink = tuple[Producer, Callable[[Any, Any], None] | None]
+Report = Callable[[Any, Any], None]
+# A destination's producer, the delivery report of its records (None: no report) and that of
+# its last record (with transactions only that one reports: :func:`last_records`).
+Sink = tuple[Producer, Report | None, Report | None]
 
 
 def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, Destination]:
@@ -63,24 +71,6 @@ def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, De
             left.discard(dest)
             last[i] = dest
     return last
-
-
-def _report_unread(owned: Owned, queued: int) -> None:
-    """After the read of another writer's records that landed before this batch's: offsets
-    of the output partition that are neither those records nor the batch's ``queued`` own.
-    With transactions these are records another writer put among the batch's own while its
-    transaction is open: past the last stable offset, which the transaction holds at its
-    first record, so they cannot be read before the commit, and are not taken in. Said, so
-    that they are not silent."""
-    dur = owned.durability
-    unread = dur.delivered_to - dur.known_end - queued
-    if unread > 0:
-        log.error("output %s:%d: %d of offsets %d..%d hold another writer's records among "
-                  "this worker's own, in its open transaction: they cannot be read "
-                  "before its commit and were not taken in (they may duplicate records this "
-                  "worker forwards); find the other writer of the output topic and stop it",
-                  owned.route.settings.output, owned.partition, unread, dur.known_end,
-                  dur.delivered_to - 1)
 
 
 class OutputWriter:
@@ -237,48 +227,20 @@ class OutputWriter:
 
     # -- producing ----------------------------------------------------------------------------
 
-    def _sink(self, dest: Destination, callbacks: dict[Destination, Callable[[Any, Any], None]],
-              on_delivery: Callable[[Any, Any], None],
-              producer_of: Callable[[str, int], Producer] | None) -> Sink:
-        """The producer of one destination and the delivery report of its records: with
-        transactions none for output records (:func:`last_records`), else the partition's
-        tracker; dead letters and shadow copies always report (their errors are the
-        batch's)."""
-        if producer_of is None:
-            return self.producer, callbacks.get(dest, on_delivery)
-        return producer_of(*dest), None if dest in callbacks else on_delivery
-
-    def produce(self, parts: Iterable[Owned], budget_s: Callable[[], float],
-                producer_of: Callable[[str, int], Producer] | None = None) -> list[Owned]:
-        """Produce the queued batch and wait (at most ``budget_s()`` seconds, at least one);
-        then check that each output partition received exactly our records, contiguously
-        after the end we knew (anything else in between was written by another writer, or
-        twice by a retry: absorbed and reported). ``producer_of(topic, partition)``: the
-        partition's transactional producer (router.transactions), else the worker's one.
-        Returns the partitions whose output partition was written."""
-        errors: list[str] = []
-
-        def on_delivery(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        def tracker(dur: Durability) -> Callable[[Any, Any], None]:
-            def on_output(err: Any, msg: Any) -> None:
-                if err is not None:
-                    errors.append(str(err))
-                    return
-                dur.delivered(msg.offset())
-            return on_output
-
+    def send(self, parts: Iterable[Owned],
+             producer_of: Callable[[str, int], Producer] | None = None) -> Sent:
+        """Produce the queued batch, waiting for nothing: :meth:`settle` waits and checks it
+        (without transactions), or each partition's commit thread does (:meth:`Sent.check`).
+        ``producer_of(topic, partition)``: the partition's transactional producer
+        (router.transactions), else the worker's one."""
         writing = [o for o in parts if o.durability.queued]
-        callbacks: dict[Destination, Callable[[Any, Any], None]] = {}
-        for owned in writing:
-            owned.durability.start_delivery()
-            callbacks[(owned.route.settings.output, owned.partition)] = \
-                tracker(owned.durability)
+        sent = Sent(writing, self.queue, {}, {})
+        tracked = {(o.route.settings.output, o.partition): o.durability for o in writing}
+        for dur in tracked.values():
+            dur.start_delivery()
         # With transactions, only each output partition's last record reports its delivery
         # (why: :func:`last_records`); without, every record does.
-        last = {} if producer_of is None else last_records(self.queue, set(callbacks))
+        last = {} if producer_of is None else last_records(self.queue, set(tracked))
         sinks: dict[Destination, Sink] = {}
         last_topic, last_p = "", -1
         for i, (topic, p, key, value, headers, _src) in enumerate(self.queue):
@@ -287,9 +249,11 @@ class OutputWriter:
                 dest = (topic, p)
                 sink = sinks.get(dest)
                 if sink is None:
-                    sink = sinks[dest] = self._sink(dest, callbacks, on_delivery, producer_of)
-                producer, every = sink
-            cb = callbacks[dest] if i in last else every
+                    producer = self.producer if producer_of is None else producer_of(*dest)
+                    sink = sinks[dest] = sent.sink(producer, tracked.get(dest),
+                                                   every=producer_of is None)
+                producer, every, tracker = sink
+            cb = tracker if i in last else every
             while True:
                 try:
                     producer.produce(topic, value, key, partition=p, headers=headers,
@@ -297,24 +261,89 @@ class OutputWriter:
                     break
                 except BufferError:
                     producer.poll(0.05)
-        used = {id(pr): pr for pr, _ in sinks.values()} if producer_of is not None \
-            else {id(self.producer): self.producer}
-        batch, self.queue = self.queue, []
-        left = sum(pr.flush(max(budget_s(), 1.0)) for pr in used.values())
+        self.queue = []
+        return sent
+
+    def settle(self, sent: Sent, budget_s: Callable[[], float]) -> None:
+        """Wait for a batch's output (at most ``budget_s()`` seconds, at least one); then check
+        that each output partition received exactly our records, contiguously after the end we
+        knew (anything else in between was written by another writer, or twice by a retry:
+        absorbed and reported)."""
+        left = sum(pr.flush(max(budget_s(), 1.0)) for pr in sent.producers.values())
+        errors = [e for errs in sent.errors.values() for e in errs]
         if errors or left:
             raise OutputWriteFailed("output produce failed "
                                     f"({errors[0] if errors else f'{left} not delivered'}); "
                                     "the worker stops and resumes from its checkpoint")
-        for owned in writing:
+        for owned in sent.writing:
             dur = owned.durability
-            start, queued = dur.known_end, dur.queued
+            start = dur.known_end
             if not dur.take_delivery():
                 out, part = owned.route.settings.output, owned.partition
                 ours: dict[bytes, int] = {}
-                for topic, p, _key, _value, _headers, src in batch:
+                for topic, p, _key, _value, _headers, src in sent.batch:
                     if topic == out and p == part and src is not None:
                         ours[src] = ours.get(src, 0) + 1
                 self._absorb_foreign(owned, start, ours)
-                _report_unread(owned, queued)
             dur.settle_delivery()
-        return writing
+
+
+@dataclass
+class Sent:
+    """A batch's output, produced and not known delivered yet. ``errors``: the delivery errors
+    reported so far, per producer (``id``)."""
+
+    writing: list[Owned]    # partitions with output records in the batch
+    batch: list[Output]
+    producers: dict[int, Producer]
+    errors: dict[int, list[str]]
+
+    def sink(self, producer: Producer, tracked: Durability | None, every: bool) -> Sink:
+        """The delivery reports of one destination's records: dead letters and shadow copies
+        always report (their errors are the batch's); output records report into their
+        partition's ``tracked`` delivery count, each (``every``) or only the last."""
+        errors = self.errors.setdefault(id(producer), [])
+        self.producers[id(producer)] = producer
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        if tracked is None:
+            return producer, on_delivery, on_delivery
+
+        def on_output(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                tracked.delivered(msg.offset())
+
+        return producer, on_output if every else None, on_output
+
+    def check(self, owned: Owned | None, producer: Producer, timeout_s: float) -> None:
+        """With transactions, in the partition's commit thread, before its commit: wait for the
+        partition's output (``producer``: its transactional producer; ``owned``: the
+        partition, if the batch wrote its output partition) and check that it landed right
+        after the end this worker knew. Raise :class:`OutputWriteFailed` otherwise: the caller
+        aborts the transaction, and the partition is replayed from its checkpoint, whose read
+        back takes in what is in between (router.datapath). Why abort rather than absorb, as
+        :meth:`OutputWriter.settle` does: records another writer put among this worker's own
+        lie past the last stable offset, which the open transaction holds at its first record,
+        so they cannot be read before it ends; aborted, they can."""
+        left = producer.flush(timeout_s)
+        errors = self.errors.get(id(producer))
+        if errors or left:
+            raise OutputWriteFailed("output produce failed "
+                                    f"({errors[0] if errors else f'{left} not delivered'})")
+        if owned is None:
+            return
+        dur = owned.durability
+        start, queued = dur.known_end, dur.queued
+        if not dur.take_delivery():
+            raise OutputWriteFailed(
+                f"output {owned.route.settings.output}:{owned.partition}: the batch's "
+                f"{queued} records landed at offsets up to {dur.delivered_to - 1}, not right "
+                f"after the end this worker knew ({start}): another writer's records are "
+                "among them; they are read in when the partition is replayed from its "
+                "checkpoint; find the other writer of the output topic and stop it")
+        dur.settle_delivery()

@@ -4,7 +4,8 @@ The group can move a partition only after this worker misses ``max.poll.interval
 (librdkafka then leaves the group) or its session expires (the process stalled, or lost the
 coordinator). Rebalance callbacks run only in ``consume``, between batches, so the worker
 checks its assignment together with the time since its last poll: before a batch's checkpoint
-write, right before producing, and after delivery. A late discovery stops the worker; the new
+write, right before producing, and after producing (without transactions, after delivery; with
+them, the commit is what a newer owner fences). A late discovery stops the worker; the new
 owner's foreign-write check (router.output_writer) deals with what was written.
 """
 

@@ -48,6 +48,7 @@ from router.errors import (
 )
 from router.failpoints import fire, pause_at, raise_at
 from router.kafka_io import client_conf
+from router.output_writer import Sent
 from router.partition import Owned
 
 log = logging.getLogger("cutover.router")
@@ -59,6 +60,18 @@ COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
 COMMIT_THREADS = 8
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
+# How long a partition's producer lets its records gather before it sends them. A batch's
+# output is visible only once its transaction commits, and the commit thread flushes it first
+# (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees.
+# With 5 ms each of the benchmark's 4 partition producers sent ~10 requests a batch, and the
+# broker's CPU for them took the router's share of 2 cores: 0.77-1.13 s of broker CPU per run
+# against 0.38-0.56 s for the pass-through loop; 0.31-0.51 s with 25 ms, and each commit
+# 4-7 ms instead of 15-25 ms. Alternating runs (medians): 5 ms 1.377 s vs 100 ms 1.159 s (4
+# of 6 faster); 100 ms 1.328 s vs 25 ms 1.191 s (7 of 8); 25 ms 0.995 s vs 12 ms 1.045 s (6 of
+# 10); 25 ms 1.195 s vs 50 ms 1.199 s. Some sending while the batch is still being decided
+# pays; one request at its end waits longer. The pass-through loop waits for its flush on its
+# own thread, so it sends as it goes: with 100 ms it was slower (1.87 s vs 1.42 s a run).
+LINGER_MS = 25
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                      KafkaError.INVALID_PRODUCER_EPOCH,
@@ -109,7 +122,7 @@ class PartitionTransactions:
             producer = Producer(client_conf(
                 self.settings, "producer",
                 **{"transactional.id": transactional_id(self.settings.group_id, route, p),
-                   "linger.ms": 5, "batch.num.messages": 10000,
+                   "linger.ms": LINGER_MS, "batch.num.messages": 10000,
                    "queue.buffering.max.messages": 1_000_000, "acks": "all"}))
             try:
                 producer.init_transactions(INIT_TIMEOUT_S)
@@ -158,6 +171,21 @@ class PartitionTransactions:
     def flush(self, keys: Iterable[PartitionKey]) -> None:
         for key in keys:
             self.producers[key].flush(30)
+
+    def try_deliver(self, key: PartitionKey, sent: Sent, owned: Owned | None,
+                    timeout_s: float) -> RouterError | None:
+        """Wait for the partition's output of the batch and check it (router.output_writer
+        .Sent.check); abort the partition's transaction if it failed, and return why."""
+        try:
+            sent.check(owned, self.producers[key], timeout_s)
+            raise_at("txn-after-send")
+            pause_at("pause-before-commit")
+        except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
+            message = f"partition {key[0]}/{key[1]}: {exc}; the batch was aborted"
+            if key in self.abort([key]):
+                return ProducerFenced(message)
+            return BatchAborted(message)
+        return None
 
     def try_commit(self, key: PartitionKey) -> RouterError | None:
         """:meth:`commit`, its failure returned (the partitions commit in parallel: a
@@ -228,15 +256,18 @@ class Failed(NamedTuple):
 
 
 def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
-                keys: set[PartitionKey], queued: bool, send: Callable[[], list[Owned]],
-                settle: Callable[[PartitionKey], None]) -> Failed | Commits:
+                keys: set[PartitionKey], queued: bool, send: Callable[[], Sent],
+                timeout_s: float, settle: Callable[[PartitionKey], None]) -> Failed | Commits:
     """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
-    output writer's produce, with the ownership checks; it returns the partitions whose output
-    partition was written), then the commits, each followed in its thread by ``settle(key)``
-    once it succeeded (the partition's dedup store flush: its CPU then overlaps the other
-    partitions' commit round trips). The commits are returned in flight (:class:`Commits`);
-    a batch aborted before them returns its :class:`Failed` at once."""
-    written: list[Owned] = []
+    output writer's produce, with the ownership checks; nothing waited for), then in a thread
+    per partition: its output waited for (at most ``timeout_s``) and checked
+    (router.output_writer.Sent.check: a partition whose output failed or did not land right
+    after the end this worker knew is aborted), its commit, and ``settle(key)`` once it
+    committed (the partition's dedup store flush). The delivery wait, the commit round trip
+    and the flush's CPU of one partition overlap the others', and the data path's next
+    consume. The commits are returned in flight (:class:`Commits`); a batch aborted before
+    them returns its :class:`Failed` at once."""
+    sent: Sent | None = None
     try:
         txn.begin(keys)
         if queued:
@@ -247,22 +278,26 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
             txn.flush(keys)
             os._exit(137)
         if queued:
-            written = send()
-            raise_at("txn-after-send")
-            pause_at("pause-before-commit")
+            sent = send()
     except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
         log.warning("batch aborted before its commit (%s)", exc)
         fenced = txn.abort(keys)
         return Failed(keys - fenced, fenced)
     order = sorted(keys)
+    written = {} if sent is None else \
+        {(o.route.settings.name, o.partition): o for o in sent.writing}
 
     def commit_then_settle(key: PartitionKey) -> RouterError | None:
-        error = txn.try_commit(key)
+        error = None if sent is None else txn.try_deliver(key, sent, written.get(key),
+                                                           timeout_s)
+        if error is None:
+            error = txn.try_commit(key)
         if error is None:
             settle(key)
         return error
 
-    return Commits(order, [txn.pool.submit(commit_then_settle, key) for key in order], written)
+    return Commits(order, [txn.pool.submit(commit_then_settle, key) for key in order],
+                   list(written.values()))
 
 
 @dataclass

@@ -22,6 +22,7 @@ from cutover.settings import RouteSettings
 from router.decision import PartitionRouter
 from router.dedup_store import DedupStore
 from router.durability import Durability
+from router.errors import OutputWriteFailed
 from router.identity import record_identity
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime
@@ -106,8 +107,9 @@ def test_forwards_are_produced_as_decided_and_land_in_decision_order(
     assert writer.streams == {}
     assert [q[5] for q in writer.queue] == [f"{raw}:0:6".encode()]
     assert owned.durability.queued == 7
-    written = writer.produce([owned], lambda: 10.0, lambda _t, _p: producer)
-    assert written == [owned]
+    sent = writer.send([owned], lambda _t, _p: producer)
+    assert sent.writing == [owned]
+    sent.check(owned, producer, 10.0)
     assert owned.durability.known_end == 7, "the batch landed contiguously"
     assert read_topic(bootstrap, out) == [], "nothing visible before the commit"
     producer.commit_transaction(30)
@@ -135,12 +137,14 @@ def test_a_produce_error_queues_the_rest_for_the_batch_s_end(broker: BrokerUnder
     writer.probe.close()
 
 
-def test_another_writer_s_records_inside_the_open_transaction_are_reported(
-    broker: BrokerUnderTest, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_another_writer_s_records_inside_the_open_transaction_fail_the_delivery_check(
+    broker: BrokerUnderTest, tmp_path: Path
 ) -> None:
     """They land past the last stable offset, which the batch's own transaction holds at its
-    first record, so the delivery check cannot read them before the commit (a known gap,
-    README "Durability"); it says so rather than passing over them in silence."""
+    first record, so they cannot be read before the transaction ends: the check before the
+    commit refuses the batch, whose transaction is then aborted and replayed from its
+    checkpoint (router.transactions), and the replay's read back takes them in. Aborted here,
+    they become readable, after the batch's own end."""
     t = _Transactional.start(broker, tmp_path)
     raw, out, owned, producer, writer = t.raw, t.out, t.owned, t.producer, t.writer
     writer.fence_foreign_writes([owned], every=True)
@@ -153,9 +157,10 @@ def test_another_writer_s_records_inside_the_open_transaction_are_reported(
     other.produce(out, b"foreign", b"kf", partition=0, headers=[(SRC, f"{raw}:0:10".encode())])
     assert other.flush(10) == 0
     assert writer.end_streams() is True     # the batch's first stream read the end already
-    with caplog.at_level("ERROR", logger="cutover.router"):
-        writer.produce([owned], lambda: 10.0, lambda _t, _p: producer)
-    producer.commit_transaction(30)
-    assert "1 of offsets 0..3 hold another writer's records" in caplog.text
-    assert owned.durability.known_end == 4
+    sent = writer.send([owned], lambda _t, _p: producer)
+    with pytest.raises(OutputWriteFailed, match=r"3 records landed at offsets up to 3, not "
+                       r"right after the end this worker knew \(0\)"):
+        sent.check(owned, producer, 10.0)
+    producer.abort_transaction(30)
+    assert [r.value for r in read_topic(t.bootstrap, out)] == [b"foreign"]
     writer.probe.close()

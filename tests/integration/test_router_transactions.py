@@ -39,7 +39,7 @@ def _keys(env: Env, topic: str, isolation: str) -> Counter[bytes | None]:
 
 @pytest.mark.parametrize("step, handled", [
     ("txn-before-send", "batch aborted before its commit (failpoint txn-before-send)"),
-    ("txn-after-send", "batch aborted before its commit (failpoint txn-after-send)"),
+    ("txn-after-send", "failpoint txn-after-send; the batch was aborted"),
     ("txn-commit-timeout", "commit did not complete"),
     # The commit completes (here: fails) while the worker consumes the next batch: the records
     # it consumed of the aborted partition are dropped and read again from its checkpoint.
@@ -73,8 +73,8 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
         router.assert_alive()
         assert text.count("took over partitions") == 1, "the worker restarted or rejoined"
         if step == "txn-after-send":
-            # The aborted batch was delivered: its copies (of the dead letters it held) are
-            # in the log, and only a read_uncommitted reader sees them.
+            # The aborted partition's batch was delivered: its copy of the dead letter it held
+            # is in the log, and only a read_uncommitted reader sees it.
             seen = _keys(env, env.dlq, "read_uncommitted")
             assert set(seen) == set(POISON) and sum(seen.values()) > len(POISON), seen
     finally:

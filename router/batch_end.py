@@ -6,16 +6,18 @@ is carried out, and nothing here runs per record.
 Without transactions: the checkpoint of every changed partition is written and waited for,
 then the queued output is produced and waited for, then the dedup stores are flushed and
 the resume offsets committed to the group. With transactions (router.transactions): one
-transaction per partition holds its checkpoint and its output, and each partition's store is
-flushed in its commit thread once it committed. Ownership is checked before either write.
+transaction per partition holds its checkpoint and its output; each partition's commit thread
+waits for its output and checks where it landed, commits, and flushes its store once it
+committed. Ownership is checked before either write.
 
-With transactions the commits are left in flight while the worker consumes the next batch
-(:meth:`BatchEnd.complete` issues them, :meth:`BatchEnd.finish` waits for them and settles the
+With transactions that work is left in flight while the worker consumes the next batch
+(:meth:`BatchEnd.complete` issues it, :meth:`BatchEnd.finish` waits for it and settles the
 batch before any record of the next one is decided): consuming changes nothing the durability
-argument rests on, and a commit is a round trip (measured ~10 ms a batch on one broker) that
-the worker otherwise sat out. The rebalance callbacks wait for the commits first
-(:meth:`BatchEnd.wait`), so no partition changes hands mid-commit; a partition whose commit
-failed is taken over again after the consume, and the records consumed for it are dropped
+argument rests on, and the delivery wait and the commit are round trips (measured together
+20-35 ms a batch on one broker) that the worker otherwise sat out. The rebalance callbacks
+wait for the commits first (:meth:`BatchEnd.wait`), so no partition changes hands
+mid-commit; a partition whose commit failed (or whose output did not land where it should)
+is taken over again after the consume, and the records consumed for it are dropped
 (:class:`Stale`): they are read again from its checkpoint.
 """
 

@@ -27,9 +27,11 @@ committed after delivery: an aborted partition is taken over again from its chec
 replayed, and a fenced worker (a newer owner exists) gives up its partitions and rejoins.
 There the order inside a transaction does not matter, so step 2 already produces each
 partition's forwards into its transaction as they are decided (router.inline_output), after
-the ownership and foreign-write checks of step 4 for that partition; step 5's store flush
-runs in each partition's commit thread once it committed; and the commits complete while the
-next batch is consumed (step 1), before any of its records is decided (router.batch_end).
+the ownership and foreign-write checks of step 4 for that partition; step 4's wait for
+delivery and its check of where the output landed (a batch that did not land right after the
+known end is aborted), the commit and step 5's store flush run in each partition's commit
+thread; and they complete while the next batch is consumed (step 1), before any of its
+records is decided (router.batch_end).
 
 The per-record loop of step 2 runs compiled where it can (router.compiled); the interpreted
 loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.

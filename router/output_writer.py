@@ -270,11 +270,10 @@ class OutputWriter:
         knew (anything else in between was written by another writer, or twice by a retry:
         absorbed and reported)."""
         left = sum(pr.flush(max(budget_s(), 1.0)) for pr in sent.producers.values())
-        errors = [e for errs in sent.errors.values() for e in errs]
-        if errors or left:
-            raise OutputWriteFailed("output produce failed "
-                                    f"({errors[0] if errors else f'{left} not delivered'}); "
-                                    "the worker stops and resumes from its checkpoint")
+        failure = _failure([e for errs in sent.errors.values() for e in errs], left)
+        if failure:
+            raise OutputWriteFailed(f"{failure}; the worker stops and resumes from its "
+                                    "checkpoint")
         for owned in sent.writing:
             dur = owned.durability
             start = dur.known_end
@@ -286,6 +285,14 @@ class OutputWriter:
                         ours[src] = ours.get(src, 0) + 1
                 self._absorb_foreign(owned, start, ours)
             dur.settle_delivery()
+
+
+def _failure(errors: list[str], left: int) -> str | None:
+    """What went wrong with a batch's output, from its delivery errors and how many of its
+    records a flush left undelivered; None when nothing did."""
+    if errors or left:
+        return f"output produce failed ({errors[0] if errors else f'{left} not delivered'})"
+    return None
 
 
 @dataclass
@@ -330,11 +337,9 @@ class Sent:
         :meth:`OutputWriter.settle` does: records another writer put among this worker's own
         lie past the last stable offset, which the open transaction holds at its first record,
         so they cannot be read before it ends; aborted, they can."""
-        left = producer.flush(timeout_s)
-        errors = self.errors.get(id(producer))
-        if errors or left:
-            raise OutputWriteFailed("output produce failed "
-                                    f"({errors[0] if errors else f'{left} not delivered'})")
+        failure = _failure(self.errors.get(id(producer), []), producer.flush(timeout_s))
+        if failure:
+            raise OutputWriteFailed(failure)
         if owned is None:
             return
         dur = owned.durability

@@ -13,9 +13,9 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
 * ``txn-commit-fails``: the first commit takes half a second and then fails as one that
   needs an abort (it is aborted, and the partition replayed), while the worker consumes the
   next batch;
-* ``pause-before-commit``: the worker stops itself (SIGSTOP) after a partition's batch is
-  delivered and before it commits it (with transactions; without, after the whole batch),
-  and goes on where it stopped when the test sends SIGCONT (a zombie).
+* ``pause-before-commit``: the worker stops itself (SIGSTOP) after its batch is delivered and
+  before any partition of it commits, and goes on where it stopped when the test sends
+  SIGCONT (a zombie).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from router.errors import FailpointHit
 
@@ -56,9 +57,11 @@ def raise_at(name: str) -> None:
         raise FailpointHit(f"failpoint {name}")
 
 
-def pause_at(name: str) -> None:
-    """The worker stops here until SIGCONT."""
+def pause_at(name: str, first: Callable[[], object] | None = None) -> None:
+    """The worker stops here until SIGCONT (after ``first()``, if given)."""
     if fire(name):
+        if first is not None:
+            first()
         for handler in logging.getLogger().handlers + log.handlers:
             handler.flush()
         os.kill(os.getpid(), signal.SIGSTOP)

@@ -179,7 +179,6 @@ class PartitionTransactions:
         try:
             sent.check(owned, self.producers[key], timeout_s)
             raise_at("txn-after-send")
-            pause_at("pause-before-commit")
         except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
             message = f"partition {key[0]}/{key[1]}: {exc}; the batch was aborted"
             if key in self.abort([key]):
@@ -279,6 +278,7 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
             os._exit(137)
         if queued:
             sent = send()
+            pause_at("pause-before-commit", lambda: txn.flush(keys))
     except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
         log.warning("batch aborted before its commit (%s)", exc)
         fenced = txn.abort(keys)

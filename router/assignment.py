@@ -130,4 +130,4 @@ class Assignment:
                 return 0
 
         return take_over(conf, self.routes, self.plans, {k: ckpts.get(k) for k in keys},
-                         self.settings.state_dir, low_offset)
+                         self.settings.state_dir, low_offset, atomic=self.txn is not None)

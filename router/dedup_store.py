@@ -78,6 +78,19 @@ def _untime(raw: bytes) -> int:
     return int.from_bytes(raw, "big") - _BIAS
 
 
+def _keys(prefix: bytes, rows: np.ndarray) -> list[bytes]:
+    """The RocksDB keys of identities ``rows`` (one per row) in the bucket of ``prefix``, in
+    the order of their first 8 bytes: RocksDB's memtable takes keys in order ~25% faster
+    (~0.4 us each), and a row's first 8 bytes all but always tell it apart (the order only
+    speeds the write). Built by numpy: sorting and joining in Python took ~1.5 ms per 5,000
+    identities, this ~0.4 ms."""
+    order = np.argsort(rows[:, :8].copy().view(">u8").ravel())
+    keys = np.empty((len(rows), len(prefix) + rows.shape[1]), dtype=np.uint8)
+    keys[:, :len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
+    keys[:, len(prefix):] = rows[order]
+    return cast(list[bytes], keys.view(f"V{keys.shape[1]}").ravel().tolist())
+
+
 def _options(settings: DedupSettings) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -254,36 +267,31 @@ class DedupStore:
         self._pending[identity] = event_time
 
     def _place_pending(self, batch: WriteBatch) -> None:
-        """Put the batch's identities into their buckets: filter bits (numpy, per bucket)
-        and keys. Buckets open here, newest first, so that one older than anything the router
-        can still look up is never opened (see the module docstring)."""
+        """Put the batch's identities into their buckets: filter bits and keys, built by numpy
+        for the whole batch. Buckets open here, newest first, so that one older than anything
+        the router can still look up is never opened (see the module docstring)."""
         pending = self._pending
-        identities = list(pending)
-        joined = b"".join(identities)
-        if len(joined) != IDENTITY_BYTES * len(identities):
+        n = len(pending)
+        joined = b"".join(pending)
+        if len(joined) != IDENTITY_BYTES * n:
             raise ValueError(f"dedup identities are {IDENTITY_BYTES} bytes (router.identity)")
-        times = np.fromiter(pending.values(), dtype=np.int64, count=len(identities))
+        rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, IDENTITY_BYTES)
+        times = np.fromiter(pending.values(), dtype=np.int64, count=n)
         starts = times - times % self._span
         first = int(starts[0])
         if (starts == first).all():  # the usual batch: one bucket
-            groups = [(first, identities, joined)]
+            groups = [(first, rows)]
         else:
-            groups = []
-            for start in np.unique(starts)[::-1]:
-                rows = np.flatnonzero(starts == start)
-                group = [identities[r] for r in rows]
-                groups.append((int(start), group, b"".join(group)))
+            groups = [(int(start), rows[starts == start]) for start in np.unique(starts)[::-1]]
         put = batch.put
-        for start, group, raw in groups:
+        for start, group in groups:
             b = self._buckets.get(start) or self._open_bucket(start)
             if b is None:
                 continue
-            mark(b.words, raw, self._imask)
+            mark(b.words, group.tobytes(), self._imask)
             b.count += len(group)
-            prefix = b.key_prefix
-            group.sort()  # RocksDB's memtable takes sorted keys ~25% faster (~0.4 us each)
-            for identity in group:
-                put(prefix + identity, b"")
+            for key in _keys(b.key_prefix, group):
+                put(key, b"")
 
     def _open_bucket(self, start: int) -> Bucket | None:
         """The bucket starting at ``start``, opened now; None if it is older than anything

@@ -86,6 +86,8 @@ class Durability:
     queued: int = 0                # output-topic records of this partition queued this batch
     delivered_to: int = 0          # one past the highest output offset delivered this batch
     dirty: bool = True             # the next step writes a checkpoint
+    # The batch's output commits with its checkpoint (transactions): see resume_point.
+    atomic: bool = False
     rebuild_marks: collections.deque[RebuildMark] = field(default_factory=collections.deque)
 
     # -- queueing (called per queued output) ------------------------------------------------
@@ -110,11 +112,19 @@ class Durability:
     def resume_point(self, held: Iterable[Ref]) -> ResumePoint:
         """Resume offsets that pass no undecided, held or undelivered record, and the output
         offset from which a record with a raw offset at or after them may exist. Forgets the
-        ``ahead`` records the resume offsets have passed."""
+        ``ahead`` records the resume offsets have passed.
+
+        With ``atomic`` (transactions: the batch's output, dead letters, shadow copies and
+        checkpoint commit together, or none of them) the batch's queued output does not hold
+        the resume offsets back: once the checkpoint is there, so is that output. Held back,
+        a takeover after the commit and before the next checkpoint decided those records
+        again, and their dead letters and shadow copies, which nothing reads back, were
+        written twice."""
         offsets = dict(self.next_offsets)
-        for topic, low in self.undelivered.items():
-            if low < offsets.get(topic, low + 1):
-                offsets[topic] = low
+        if not self.atomic:
+            for topic, low in self.undelivered.items():
+                if low < offsets.get(topic, low + 1):
+                    offsets[topic] = low
         readback = self.out_pos
         for ref in held:
             if ref.offset < offsets.get(ref.topic, ref.offset + 1):
@@ -154,9 +164,9 @@ class Durability:
 
     def batch_done(self) -> None:
         """The batch's output is delivered: the next checkpoint (written at the next step, even
-        an idle one) may resume past those records."""
+        an idle one) may resume past those records; with ``atomic`` the batch's own did."""
         self.queued = 0
-        self.dirty = bool(self.undelivered)
+        self.dirty = bool(self.undelivered) and not self.atomic
         self.undelivered.clear()
 
     # -- the output partition ----------------------------------------------------------------

@@ -116,13 +116,16 @@ class OutputWriter:
         owned.durability.mark_undelivered(ref.topic, ref.offset)
         hdrs = list(ref.headers or ())
         hdrs.append((ERROR, (reason or "unknown").encode()))
+        hdrs.append((SRC, f"{ref.topic}:{owned.partition}:{ref.offset}".encode()))
         self.queue.append((dead_letter, owned.partition, key, value, hdrs, None))
 
     def shadow(self, owned: Owned, ref: Ref, key: bytes | None, value: bytes | None) -> None:
         shadow = owned.route.settings.shadow
         assert shadow is not None
         owned.durability.mark_undelivered(ref.topic, ref.offset)
-        self.queue.append((shadow, owned.partition, key, value, list(ref.headers or ()), None))
+        hdrs = list(ref.headers or ())
+        hdrs.append((SRC, f"{ref.topic}:{owned.partition}:{ref.offset}".encode()))
+        self.queue.append((shadow, owned.partition, key, value, hdrs, None))
 
     def open_stream(self, owned: Owned, producer: Producer) -> InlineStream:
         """The partition's stream for this batch (router.inline_output); the caller has

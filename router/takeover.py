@@ -89,11 +89,12 @@ def restore(rt: RouteRuntime, partition: int, ck: Checkpoint | None, state_dir: 
 def take_over(conf: dict[str, Any], routes: Mapping[str, RouteRuntime],
               plans: Mapping[str, CutoverPlan], checkpoints: Mapping[PartitionKey,
                                                                      Checkpoint | None],
-              state_dir: Path, low_offset: Callable[[str, int], int]
+              state_dir: Path, low_offset: Callable[[str, int], int], atomic: bool = False
               ) -> dict[PartitionKey, Owned]:
     """Take over partitions: restore each one's newest checkpoint, then read its output
     partition back (one read per output topic for all partitions taken over), then apply the
-    plan held."""
+    plan held. ``atomic``: each batch's output commits with its checkpoint (transactions;
+    router.durability.Durability.resume_point)."""
     restored = {(route, p): restore(routes[route], p, ck, state_dir, low_offset)
                 for (route, p), ck in checkpoints.items()}
     readbacks: dict[PartitionKey, ReadBack] = {}
@@ -117,7 +118,7 @@ def take_over(conf: dict[str, Any], routes: Mapping[str, RouteRuntime],
                  r.readback_from, len(rb.forwarded))
         durability = Durability(next_offsets=r.offsets, out_pos=rb.end, known_end=rb.end,
                                 rebuild_from=r.rebuild_from, seq=r.seq, owner_gen=r.owner_gen,
-                                skip=rb.forwarded)
+                                skip=rb.forwarded, atomic=atomic)
         durability.rebuild_marks.append(RebuildMark(r.router.horizon or 0, r.rebuild_from))
         out[key] = Owned(r.route, p, r.router, r.store, durability)
     return out

@@ -294,6 +294,8 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
             error = txn.try_commit(key)
         if error is None:
             settle(key)
+            if key in written and fire("exit-after-commit"):
+                os._exit(137)
         return error
 
     return Commits(order, [txn.pool.submit(commit_then_settle, key) for key in order],

@@ -38,6 +38,24 @@ def test_resume_offsets_stop_at_the_lowest_undelivered_output() -> None:
     assert readback == 2         # out_pos: two forwards queued after output offset 0
 
 
+def test_with_atomic_output_the_checkpoint_passes_its_own_batch_but_not_held_records(
+        ) -> None:
+    """Transactions: the batch's output and checkpoint commit together, so its queued
+    forwards and dead letters do not hold the resume offsets back; held records still do, and
+    the read-back still starts before the batch's output."""
+    d = fresh(out_pos=5, known_end=5)
+    d.atomic = True
+    d.next_offsets.update(a=10, b=30)
+    d.queue_forward("a", 7)
+    d.mark_undelivered("a", 4)   # a dead letter
+    held = [Ref("b", 12, None, out_pos=3)]
+    at = d.next_checkpoint(held, horizon=100, retention_ms=RETENTION)
+    assert at.offsets == {"a": 10, "b": 12}
+    assert at.readback_from == 3
+    d.batch_done()
+    assert not d.dirty, "its own checkpoint passed the batch: no second one is needed"
+
+
 def test_checkpoint_reads_back_from_before_the_batchs_queued_output() -> None:
     d = fresh(out_pos=5, known_end=5)
     d.next_offsets["a"] = 3

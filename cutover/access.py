@@ -135,6 +135,10 @@ def _router_rights(s: RouterSettings, r: RouteSettings) -> list[Right]:
     if r.shadow:
         rights.append(Right(resource=_topic(r.shadow), operation=Operation.WRITE,
                             why="copy suppressed records"))
+    rights += [Right(resource=_topic(t), operation=Operation.DESCRIBE_CONFIGS,
+                     why="read max.message.bytes: a larger record is dead-lettered, not "
+                         "retried")
+               for t in (r.output, r.dead_letter or f"{r.output}.dlq", r.shadow) if t]
     return rights
 
 

@@ -70,6 +70,7 @@ from router.kafka_io import (
     wait_for_broker,
 )
 from router.output_writer import OutputWriter
+from router.oversize import DEFAULT_LIMIT, size_conf
 from router.ownership import PollClock
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import PartitionView, StatusBoard
@@ -139,11 +140,15 @@ class DataPath:
                                  for t in rt.settings.inputs})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
         if transactions_on(self.settings):
-            self._txn = PartitionTransactions(self.settings)
+            self._txn = PartitionTransactions(
+                self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()})
         self._producer = Producer(client_conf(
             self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
                                           "queue.buffering.max.messages": 1_000_000,
-                                          "enable.idempotence": False, "acks": "all"}))
+                                          "enable.idempotence": False, "acks": "all",
+                                          **size_conf(min((rt.max_record_bytes
+                                                           for rt in self.routes.values()),
+                                                          default=DEFAULT_LIMIT))}))
         for plan in recover_plans(conf, self.settings, self.book.key):
             self.book.restore(plan)
         self._control = ControlReader(conf, self.settings, self.book)
@@ -220,6 +225,8 @@ class DataPath:
             producer.poll(0)
         except BufferError:
             log.warning("status not published: producer queue full")
+        except KafkaException as exc:  # a status larger than the producers take
+            log.warning("status not published: %s", exc)
 
     # -- the loop ---------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from confluent_kafka import KafkaException, Producer
 
 from cutover.headers import SRC
 from router.durability import Headers
+from router.oversize import is_too_large
 from router.partition import Owned
 
 log = logging.getLogger("cutover.router")
@@ -46,12 +47,13 @@ Forward = Callable[[Owned, str, int, "Headers | None", "bytes | None", "bytes | 
 class InlineStream:
     """One output partition's forwards in one transactional batch."""
 
-    __slots__ = ("held", "live", "output", "producer", "writer")
+    __slots__ = ("held", "live", "output", "owned", "producer", "writer")
 
-    def __init__(self, output: str, producer: Producer, writer: Any) -> None:
-        """``writer``: the batch's router.output_writer.OutputWriter: its ``queue``, and its
-        queueing ``forward`` once the stream has stopped."""
+    def __init__(self, output: str, producer: Producer, writer: Any, owned: Owned) -> None:
+        """``writer``: the batch's router.output_writer.OutputWriter: its ``queue``, its
+        queueing ``forward`` once the stream has stopped, and its ``refuse``."""
         self.output = output
+        self.owned = owned
         self.producer = producer
         self.writer = writer
         self.held: Queued | None = None
@@ -86,11 +88,15 @@ class InlineStream:
 
     def failed(self, held: Queued, exc: KafkaException) -> None:
         """Producing ``held`` failed: queue it, and stop the stream (its later forwards are
-        queued too); the batch's end meets the error where it aborts the batch. Also called by
-        the compiled path (router.compiled)."""
+        queued too); the batch's end meets the error where it aborts the batch. A record
+        larger than the output topic takes is dead-lettered instead (router.oversize). Also
+        called by the compiled path (router.compiled)."""
         log.warning("output %s:%d: %s; the batch's remaining output is produced at its end",
                     self.output, held[1], exc)
-        self.writer.queue.append(held)
+        if is_too_large(exc):
+            self.writer.refuse(self.owned, held)
+        else:
+            self.writer.queue.append(held)
         self.stop()
 
     def stop(self) -> None:

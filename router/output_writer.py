@@ -33,6 +33,7 @@ from router.durability import Durability, Headers, Ref
 from router.errors import OutputWriteFailed
 from router.inline_output import InlineStream
 from router.kafka_io import end_offsets, read_to_end
+from router.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 from router.partition import Owned
 from router.readback import ReadBack, note
 
@@ -127,13 +128,66 @@ class OutputWriter:
         hdrs.append((SRC, f"{ref.topic}:{owned.partition}:{ref.offset}".encode()))
         self.queue.append((shadow, owned.partition, key, value, hdrs, None))
 
+    def refuse(self, owned: Owned, out: Output) -> None:
+        """Dead-letter forward ``out`` instead: it is larger than the output topic takes
+        (router.oversize). It no longer counts as forwarded, nor as queued output."""
+        rs = owned.route.settings
+        assert rs.dead_letter is not None and out[5] is not None
+        limit = owned.route.max_record_bytes
+        raw_topic, _p, raw_off = out[5].decode().rsplit(":", 2)
+        log.warning("output %s:%d: the record from %s is larger than the %d bytes the topic "
+                    "takes: dead-lettered", rs.output, owned.partition, out[5].decode(), limit)
+        dur = owned.durability
+        dur.queued -= 1
+        dur.out_pos -= 1
+        dur.mark_undelivered(raw_topic, int(raw_off))
+        counters = owned.router.counters
+        counters.forwarded -= 1
+        counters.dead_lettered += 1
+        topic, p, key, hdrs = dead_letter_of(rs.dead_letter, owned.partition, out[2], out[3],
+                                             out[4], limit)
+        self.queue.append((topic, p, key, None, hdrs, None))
+
+    def _refuse_oversize(self, parts: Iterable[Owned]) -> None:
+        """Before producing: a queued forward larger than its producer takes is dead-lettered
+        instead (:meth:`refuse`), a dead letter or shadow copy that large loses its value
+        (router.oversize). Sizes are added up only where the key and value alone come within
+        64 KiB of the limit."""
+        owner: dict[Destination, Owned] = {}
+        for o in parts:
+            rs = o.route.settings
+            for topic in (rs.output, rs.dead_letter, rs.shadow):
+                if topic is not None:
+                    owner[(topic, o.partition)] = o
+        over: list[tuple[int, Owned]] = []
+        for i, (topic, p, key, value, headers, _src) in enumerate(self.queue):
+            owned = owner.get((topic, p))
+            if owned is None:
+                continue
+            limit = owned.route.max_record_bytes
+            if (len(key or b"") + len(value or b"") + HEADER_ROOM > limit
+                    and wire_size(key, value, headers) > limit):
+                over.append((i, owned))
+        if not over:
+            return
+        queue, self.queue = self.queue, []
+        refused = dict(over)
+        for i, out in enumerate(queue):
+            refused_by = refused.get(i)
+            if refused_by is None:
+                self.queue.append(out)
+            elif out[5] is not None:
+                self.refuse(refused_by, out)
+            else:
+                self.queue.append(without_value(out, refused_by.route.max_record_bytes))
+
     def open_stream(self, owned: Owned, producer: Producer) -> InlineStream:
         """The partition's stream for this batch (router.inline_output); the caller has
         checked ownership, fenced (:meth:`fence_foreign_writes`) and begun the transaction."""
         dest = (owned.route.settings.output, owned.partition)
         stream = self.streams.get(dest)
         if stream is None:
-            stream = self.streams[dest] = InlineStream(dest[0], producer, self)
+            stream = self.streams[dest] = InlineStream(dest[0], producer, self, owned)
         return stream
 
     def end_streams(self) -> bool:
@@ -236,6 +290,8 @@ class OutputWriter:
         (without transactions), or each partition's commit thread does (:meth:`Sent.check`).
         ``producer_of(topic, partition)``: the partition's transactional producer
         (router.transactions), else the worker's one."""
+        parts = list(parts)
+        self._refuse_oversize(parts)
         writing = [o for o in parts if o.durability.queued]
         sent = Sent(writing, self.queue, {}, {})
         tracked = {(o.route.settings.output, o.partition): o.durability for o in writing}

@@ -10,6 +10,7 @@ from router.dedup_store import DedupStore
 from router.durability import Durability, Ref
 from router.held_bound import HeldBound
 from router.identity import IdentityFn
+from router.oversize import DEFAULT_LIMIT
 
 
 @dataclass
@@ -17,6 +18,9 @@ class RouteRuntime:
     settings: RouteSettings
     identity: IdentityFn
     num_partitions: int
+    # The largest record its producers take (router.oversize): the smallest max.message.bytes
+    # of its output, dead-letter and shadow topics, less room for a batch header.
+    max_record_bytes: int = DEFAULT_LIMIT
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 A route's inputs must exist and be co-partitioned; its output, dead-letter and shadow topics
 must exist with at least as many partitions (the router keeps each record's partition number).
+Their size limits are read too: the route's producers take no record over the smallest
+(router.oversize).
 The checkpoint topic is created, compacted, when it is missing.
 """
 
@@ -16,6 +18,7 @@ from cutover.settings import RouterSettings
 from router.errors import RouterConfigError
 from router.identity import identity_function
 from router.kafka_io import client_conf, partitions_of
+from router.oversize import producer_limit, read_limits
 from router.partition import RouteRuntime
 
 
@@ -50,6 +53,13 @@ def check_routes(settings: RouterSettings) -> dict[str, RouteRuntime]:
                     f"route {r.name}: {kind} topic {t!r} has {have} partitions, the inputs "
                     f"have {n}; give it at least {n}")
         routes[r.name] = RouteRuntime(r, identity_function(r.dedup.identity), n)
+    written = {rt.settings.name: [t for t in (rt.settings.output, rt.settings.dead_letter,
+                                              rt.settings.shadow) if t is not None]
+               for rt in routes.values()}
+    limits = read_limits(client_conf(settings, "admin"),
+                         [t for topics in written.values() for t in topics])
+    for name, topics in written.items():
+        routes[name].max_record_bytes = producer_limit(limits[t] for t in topics if t in limits)
     return routes
 
 

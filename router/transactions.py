@@ -49,6 +49,7 @@ from router.errors import (
 from router.failpoints import fire, pause_at, raise_at
 from router.kafka_io import client_conf
 from router.output_writer import Sent
+from router.oversize import DEFAULT_LIMIT, size_conf
 from router.partition import Owned
 
 log = logging.getLogger("cutover.router")
@@ -99,8 +100,11 @@ def is_fenced(exc: BaseException) -> bool:
 class PartitionTransactions:
     """The transactional producers of the partitions this worker owns."""
 
-    def __init__(self, settings: RouterSettings) -> None:
+    def __init__(self, settings: RouterSettings, record_limits: dict[str, int]) -> None:
+        """``record_limits``: route -> the largest record its producers take
+        (router.oversize)."""
         self.settings = settings
+        self.record_limits = record_limits
         self.producers: dict[PartitionKey, Producer] = {}
         self.open: set[PartitionKey] = set()   # begun in this batch
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
@@ -123,7 +127,8 @@ class PartitionTransactions:
                 self.settings, "producer",
                 **{"transactional.id": transactional_id(self.settings.group_id, route, p),
                    "linger.ms": LINGER_MS, "batch.num.messages": 10000,
-                   "queue.buffering.max.messages": 1_000_000, "acks": "all"}))
+                   "queue.buffering.max.messages": 1_000_000, "acks": "all",
+                   **size_conf(self.record_limits.get(route, DEFAULT_LIMIT))}))
             try:
                 producer.init_transactions(INIT_TIMEOUT_S)
             except KafkaException as exc:

@@ -65,7 +65,7 @@ def test_doctor_names_a_missing_right_with_the_grant_and_a_right_too_many(
     assert (f"--add --allow-principal {router.principal} --operation Write --topic {route.dlq}"
             in run.out)
     assert f"more than the router role needs: Write on topic {route.control}" in run.out
-    n = len(required_rights(route.settings(router), Role.ROUTER))   # 11 with transactions
+    n = len(required_rights(route.settings(router), Role.ROUTER))   # 13 with transactions
     assert f"{n - 1} of {n} rights granted, 1 missing, 1 resources with more than needed" \
         in run.out
     assert_no_secret({"doctor output": run.text}, router)

@@ -23,7 +23,9 @@ def test_router_row() -> None:
         ("topic", "bg.control", "Read"), ("topic", "orders.blue", "Read"),
         ("topic", "orders.green", "Read"), ("topic", "orders", "Read"),
         ("topic", "orders", "Write"), ("topic", "orders.dlq", "Write"),
-        ("topic", "orders.shadow", "Write"), ("topic", "bg.status", "Read"),
+        ("topic", "orders.shadow", "Write"), ("topic", "orders", "DescribeConfigs"),
+        ("topic", "orders.dlq", "DescribeConfigs"), ("topic", "orders.shadow", "DescribeConfigs"),
+        ("topic", "bg.status", "Read"),
         ("topic", "bg.status", "Write"), ("topic", "routers.checkpoints", "Read"),
         ("topic", "routers.checkpoints", "Write"), ("group", "routers", "Read"),
         ("transactional-id", "routers.", "Write")}

@@ -114,19 +114,21 @@ class OutputWriter:
                     reason: str | None) -> None:
         dead_letter = owned.route.settings.dead_letter
         assert dead_letter is not None  # RouteSettings defaults it to "<output>.dlq"
-        owned.durability.mark_undelivered(ref.topic, ref.offset)
-        hdrs = list(ref.headers or ())
-        hdrs.append((ERROR, (reason or "unknown").encode()))
-        hdrs.append((SRC, f"{ref.topic}:{owned.partition}:{ref.offset}".encode()))
-        self.queue.append((dead_letter, owned.partition, key, value, hdrs, None))
+        self._copy(owned, ref, dead_letter, key, value, (ERROR, (reason or "unknown").encode()))
 
     def shadow(self, owned: Owned, ref: Ref, key: bytes | None, value: bytes | None) -> None:
         shadow = owned.route.settings.shadow
         assert shadow is not None
+        self._copy(owned, ref, shadow, key, value)
+
+    def _copy(self, owned: Owned, ref: Ref, topic: str, key: bytes | None,
+              value: bytes | None, *extra: tuple[str, bytes]) -> None:
+        """Queue a copy of raw record ``ref`` to ``topic`` (dead letter, shadow copy): its
+        headers, then ``extra``, then its ``bg.src``."""
         owned.durability.mark_undelivered(ref.topic, ref.offset)
-        hdrs = list(ref.headers or ())
-        hdrs.append((SRC, f"{ref.topic}:{owned.partition}:{ref.offset}".encode()))
-        self.queue.append((shadow, owned.partition, key, value, hdrs, None))
+        src = (SRC, f"{ref.topic}:{owned.partition}:{ref.offset}".encode())
+        hdrs: Headers = [*(ref.headers or ()), *extra, src]
+        self.queue.append((topic, owned.partition, key, value, hdrs, None))
 
     def refuse(self, owned: Owned, out: Output) -> None:
         """Dead-letter forward ``out`` instead: it is larger than the output topic takes
@@ -134,13 +136,11 @@ class OutputWriter:
         rs = owned.route.settings
         assert rs.dead_letter is not None and out[5] is not None
         limit = owned.route.max_record_bytes
-        raw_topic, _p, raw_off = out[5].decode().rsplit(":", 2)
         log.warning("output %s:%d: the record from %s is larger than the %d bytes the topic "
                     "takes: dead-lettered", rs.output, owned.partition, out[5].decode(), limit)
         dur = owned.durability
-        dur.queued -= 1
+        dur.queued -= 1   # its raw offset stays marked undelivered, as the forward marked it
         dur.out_pos -= 1
-        dur.mark_undelivered(raw_topic, int(raw_off))
         counters = owned.router.counters
         counters.forwarded -= 1
         counters.dead_lettered += 1
@@ -159,7 +159,7 @@ class OutputWriter:
             for topic in (rs.output, rs.dead_letter, rs.shadow):
                 if topic is not None:
                     owner[(topic, o.partition)] = o
-        over: list[tuple[int, Owned]] = []
+        over: dict[int, Owned] = {}   # queue index -> the partition of a record over
         for i, (topic, p, key, value, headers, _src) in enumerate(self.queue):
             owned = owner.get((topic, p))
             if owned is None:
@@ -167,13 +167,12 @@ class OutputWriter:
             limit = owned.route.max_record_bytes
             if (len(key or b"") + len(value or b"") + HEADER_ROOM > limit
                     and wire_size(key, value, headers) > limit):
-                over.append((i, owned))
+                over[i] = owned
         if not over:
             return
         queue, self.queue = self.queue, []
-        refused = dict(over)
         for i, out in enumerate(queue):
-            refused_by = refused.get(i)
+            refused_by = over.get(i)
             if refused_by is None:
                 self.queue.append(out)
             elif out[5] is not None:

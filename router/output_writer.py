@@ -252,7 +252,11 @@ class OutputWriter:
             foreign[src_raw] = src
             if src is not None:
                 dur.note_foreign(src, msg.offset(), resume)
-        owned.store.flush()
+        # Their identities stay buffered with the batch's own, and are written with them once
+        # the batch is delivered (router.batch_end.BatchEnd.flush_store). Written here, the
+        # batch's own went with them: after an abort or a crash before delivery, the store then
+        # held identities of records never forwarded, and it is trusted one checkpoint behind
+        # (router.takeover), so their replay found them and suppressed them as duplicates.
         dropped: set[bytes] = set()
         if foreign and dur.queued:
             keep: list[Output] = []

@@ -164,3 +164,31 @@ def test_another_writer_s_records_inside_the_open_transaction_fail_the_delivery_
     producer.abort_transaction(30)
     assert [r.value for r in read_topic(t.bootstrap, out)] == [b"foreign"]
     writer.probe.close()
+
+
+def test_taking_in_another_writer_s_records_writes_no_identity_of_the_open_batch(
+    broker: BrokerUnderTest, tmp_path: Path
+) -> None:
+    """The check before producing reads another writer's records in and buffers their
+    identities; the batch's own forwards, decided and not yet delivered, must not reach the
+    store's disk with them. The store is trusted one checkpoint behind (router.takeover): an
+    identity written before its record was delivered made the record's replay, after an abort
+    or a crash, a duplicate, and the record was lost."""
+    t = _Transactional.start(broker, tmp_path)
+    raw, out, owned, writer = t.raw, t.out, t.owned, t.writer
+    ours = record_identity(b"k", b"ours", 1_000)
+    owned.store.add(ours, 1_000)            # a forward of the open batch
+    other = Producer({"bootstrap.servers": t.bootstrap})
+    other.produce(out, b"foreign", b"kf", partition=0,
+                  headers=[(SRC, f"{raw}:0:10".encode()), ("bg.event_time", b"2000")])
+    assert other.flush(10) == 0
+    writer.fence_foreign_writes([owned], every=True)
+    assert owned.durability.known_end == 1 and (raw, 10) in owned.durability.skip
+    assert record_identity(b"kf", b"foreign", 2_000) in owned.store  # buffered: looked up
+    owned.store.close()                     # the batch aborts: what was not flushed is gone
+    reopened = DedupStore(tmp_path / "store")
+    try:
+        assert ours not in reopened
+    finally:
+        reopened.close()
+    writer.probe.close()

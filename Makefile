@@ -11,7 +11,7 @@ MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:c
 
 .PHONY: demo test test-all bench conformance lint clean jvm
 
-$(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h
+$(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cutover and its dependencies into $(VENV) ..."

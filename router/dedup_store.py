@@ -353,6 +353,20 @@ class DedupStore:
         self._opened.clear()
         self._dropped.clear()
 
+    def write_now(self, identities: dict[bytes, int]) -> None:
+        """Write ``identities`` (-> event time) at once, and nothing buffered with them: they
+        are records already in the output log (another writer's, read in before this worker
+        produces), while the buffer holds the open batch's, written only once it is delivered.
+        """
+        if not identities:
+            return
+        buffered, self._pending = self._pending, dict(identities)
+        meta, self._pending_meta = self._pending_meta, {}
+        try:
+            self.flush()
+        finally:
+            self._pending, self._pending_meta = buffered, meta
+
     def purge(self, before_event_time: int) -> int:
         """Forget the buckets that end at or below ``before_event_time`` (their identities are
         all older); return how many identities they held. Identities at or above it are kept,

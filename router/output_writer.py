@@ -35,7 +35,7 @@ from router.inline_output import InlineStream
 from router.kafka_io import end_offsets, read_to_end
 from router.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 from router.partition import Owned
-from router.readback import ReadBack, note
+from router.readback import Identities, ReadBack, note
 
 log = logging.getLogger("cutover.router")
 
@@ -240,23 +240,26 @@ class OutputWriter:
         rb = ReadBack(end=start)
         resume, _ = dur.resume_point(owned.held_refs())
         foreign: dict[bytes, tuple[str, int] | None] = {}
+        found = Identities()
         twice = 0
         for msg in read_to_end(self.conf, rs.output, {p: start}):
             src_raw = next((v for k, v in msg.headers() or () if k == SRC), b"")
             if ours.get(src_raw, 0) > 0:
                 ours[src_raw] -= 1   # one of ours
                 continue
-            src = note(rb, msg, resume, owned.route.identity, owned.store)
+            src = note(rb, msg, resume, owned.route.identity, found)
             if src_raw in foreign or src_raw in ours:
                 twice += 1           # a second copy of a record is in the output
             foreign[src_raw] = src
             if src is not None:
                 dur.note_foreign(src, msg.offset(), resume)
-        # Their identities stay buffered with the batch's own, and are written with them once
-        # the batch is delivered (router.batch_end.BatchEnd.flush_store). Written here, the
-        # batch's own went with them: after an abort or a crash before delivery, the store then
-        # held identities of records never forwarded, and it is trusted one checkpoint behind
-        # (router.takeover), so their replay found them and suppressed them as duplicates.
+        # Their identities are written now (the next checkpoint may read back from past them),
+        # apart from the open batch's, which stay buffered until it is delivered
+        # (router.batch_end.BatchEnd.flush_store). Written with them, the store held
+        # identities of records never forwarded after an abort or a crash before delivery; it
+        # is trusted one checkpoint behind (router.takeover), so their replay found them and
+        # suppressed them as duplicates.
+        owned.store.write_now(found)
         dropped: set[bytes] = set()
         if foreign and dur.queued:
             keep: list[Output] = []

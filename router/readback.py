@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import Message
 
@@ -30,6 +30,20 @@ class ReadBack:
     forwarded: set[tuple[str, int]] = field(default_factory=set)  # (raw topic, offset)
     records: int = 0
     end: int = 0       # output end offset seen (next offset after the last record read)
+
+
+class IdentitySink(Protocol):
+    """What takes the identities of the records read back: a dedup store, or
+    :class:`Identities`."""
+
+    def add(self, identity: bytes, event_time: int) -> None: ...
+
+
+class Identities(dict[bytes, int]):
+    """Identities collected apart from a store's buffer (identity -> event time)."""
+
+    def add(self, identity: bytes, event_time: int) -> None:
+        self[identity] = event_time
 
 
 def parse_src(raw: bytes | None) -> tuple[str, int, int] | None:
@@ -68,7 +82,7 @@ def read_back_outputs(conf: dict[str, Any], output: str, wanted: dict[int, ReadB
 
 
 def note(rb: ReadBack, msg: Message, resume: dict[str, int], identity: IdentityFn,
-         store: DedupStore) -> tuple[str, int] | None:
+         store: IdentitySink) -> tuple[str, int] | None:
     """Account one output record read back; return its (raw topic, offset) if it has one."""
     rb.records += 1
     rb.end = max(rb.end, msg.offset() + 1)

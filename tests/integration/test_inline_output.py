@@ -169,14 +169,16 @@ def test_another_writer_s_records_inside_the_open_transaction_fail_the_delivery_
 def test_taking_in_another_writer_s_records_writes_no_identity_of_the_open_batch(
     broker: BrokerUnderTest, tmp_path: Path
 ) -> None:
-    """The check before producing reads another writer's records in and buffers their
-    identities; the batch's own forwards, decided and not yet delivered, must not reach the
-    store's disk with them. The store is trusted one checkpoint behind (router.takeover): an
-    identity written before its record was delivered made the record's replay, after an abort
-    or a crash, a duplicate, and the record was lost."""
+    """The check before producing reads another writer's records in and writes their
+    identities to the store at once (the next checkpoint may read back from past them); the
+    batch's own forwards, decided and not yet delivered, must not reach the store's disk with
+    them. The store is trusted one checkpoint behind (router.takeover): an identity written
+    before its record was delivered made the record's replay, after an abort or a crash, a
+    duplicate, and the record was lost."""
     t = _Transactional.start(broker, tmp_path)
     raw, out, owned, writer = t.raw, t.out, t.owned, t.writer
     ours = record_identity(b"k", b"ours", 1_000)
+    theirs = record_identity(b"kf", b"foreign", 2_000)
     owned.store.add(ours, 1_000)            # a forward of the open batch
     other = Producer({"bootstrap.servers": t.bootstrap})
     other.produce(out, b"foreign", b"kf", partition=0,
@@ -184,10 +186,11 @@ def test_taking_in_another_writer_s_records_writes_no_identity_of_the_open_batch
     assert other.flush(10) == 0
     writer.fence_foreign_writes([owned], every=True)
     assert owned.durability.known_end == 1 and (raw, 10) in owned.durability.skip
-    assert record_identity(b"kf", b"foreign", 2_000) in owned.store  # buffered: looked up
+    assert theirs in owned.store and ours in owned.store
     owned.store.close()                     # the batch aborts: what was not flushed is gone
     reopened = DedupStore(tmp_path / "store")
     try:
+        assert theirs in reopened
         assert ours not in reopened
     finally:
         reopened.close()

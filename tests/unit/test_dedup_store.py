@@ -45,6 +45,22 @@ def test_reopen_keeps_flushed_identities_and_metadata_from_saved_filters(tmp_pat
     store.close()
 
 
+def test_write_now_writes_those_identities_and_leaves_the_buffer(tmp_path: Path) -> None:
+    """Records already in the output log (another writer's) are written at once; the open
+    batch's buffered identities and metadata stay buffered, and a close still drops them."""
+    path = tmp_path / "p0"
+    store = DedupStore(path)
+    (a, ta), (b, tb), (c, tc) = ids(3)
+    store.add(a, ta)
+    store.put_meta("seq", b"7")
+    store.write_now({b: tb, c: tc})
+    assert store.pending == 1 and all(x in store for x in (a, b, c))
+    store.close()
+    with DedupStore(path) as store:
+        assert b in store and c in store and a not in store
+        assert store.get_meta("seq") is None
+
+
 def test_close_forgets_what_was_not_flushed(tmp_path: Path) -> None:
     """The router flushes after delivery: an identity added for a record whose output never
     left must not survive a stop, or the record's replay would be taken for a duplicate."""

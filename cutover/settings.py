@@ -125,6 +125,11 @@ class RouterSettings(BaseModel):
     state_dir: Path = Path("var/cutover-router")
     http_port: int | None = Field(default=6066, ge=0, le=65535)
     status_interval_s: float = Field(default=5.0, gt=0)
+    batch_records: int = Field(
+        default=80_000, ge=1, le=1_000_000,
+        description="records a worker consumes and decides at most per batch; a batch is one "
+                    "transaction per partition, so larger batches pass a backlog faster, and "
+                    "each record of a full batch waits longer for its commit")
     kafka: dict[str, str | int | bool] = Field(
         default_factory=dict,
         description="librdkafka client settings passed through (security.protocol, sasl.*, "

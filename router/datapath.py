@@ -6,9 +6,10 @@ the loop is plain confluent-kafka, owned by a Faust service (router.app).
 
 Per batch, in this order (the durability argument of DESIGN.md rests on it):
 
-1. consume up to ``BATCH`` records; rebalance callbacks run only here, between batches, so a
-   revoked partition never has undelivered output (the callbacks: router.assignment; taking
-   a partition over: router.takeover);
+1. consume up to ``batch_records`` records (a setting: 80,000 by default; why so many: the
+   module docstring of router.batch_end); rebalance callbacks run only here, between batches,
+   so a revoked partition never has undelivered output (the callbacks: router.assignment;
+   taking a partition over: router.takeover);
 2. decide every record with its partition's :class:`PartitionRouter`; apply new plans to every
    owned partition; queue the output (router.output_writer);
 3. (steps 3 to 5: router.batch_end) write each changed partition's :class:`Checkpoint`
@@ -83,7 +84,6 @@ from router.transactions import (
 
 log = logging.getLogger("cutover.router")
 
-BATCH = 20_000
 POLL_S = 0.05
 
 
@@ -232,7 +232,7 @@ class DataPath:
 
     def step(self) -> None:
         assert self._consumer is not None and self._control is not None
-        msgs = self._consumer.consume(BATCH, POLL_S)
+        msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
         with batch_gc_pause():
             assert self._end is not None

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
-from cutover.settings import parse_settings
+from cutover.settings import RouterSettings, parse_settings
 from router import compiled
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
@@ -124,7 +124,10 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     loop, but it forwards only one version's records (half of them, as the router does) through
     one transactional producer per partition and commits each partition's transaction per
     batch (router.transactions' shape, without checkpoints, dedup, checks or a plan). Its
-    records/s over the pass-through loop's is the ceiling of the router's figure here."""
+    records/s over the pass-through loop's is the ceiling of the router's figure here. Its
+    batches are the router's (the ``batch_records`` setting's default), as its transactions
+    are."""
+    batch = RouterSettings.model_fields["batch_records"].default
     c = _assigned(bootstrap, raw, f"floor-{out}")
     producers = []
     for p in range(PARTITIONS):
@@ -135,7 +138,7 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     n = 0
     t0 = c0 = None
     while n < total:
-        msgs = c.consume(20_000, 0.05)
+        msgs = c.consume(batch, 0.05)
         if msgs and t0 is None:
             t0, c0 = time.monotonic(), time.process_time()
         with batch_gc_pause():

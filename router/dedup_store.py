@@ -266,11 +266,10 @@ class DedupStore:
     def add(self, identity: bytes, event_time: int) -> None:
         self._pending[identity] = event_time
 
-    def _place_pending(self, batch: WriteBatch) -> None:
-        """Put the batch's identities into their buckets: filter bits and keys, built by numpy
-        for the whole batch. Buckets open here, newest first, so that one older than anything
-        the router can still look up is never opened (see the module docstring)."""
-        pending = self._pending
+    def _place(self, batch: WriteBatch, pending: dict[bytes, int]) -> None:
+        """Put identities (-> event time) into their buckets: filter bits and keys, built by
+        numpy for the whole batch. Buckets open here, newest first, so that one older than
+        anything the router can still look up is never opened (see the module docstring)."""
         n = len(pending)
         joined = b"".join(pending)
         if len(joined) != IDENTITY_BYTES * n:
@@ -334,38 +333,36 @@ class DedupStore:
     def flush(self) -> None:
         """Write buffered identities, new buckets, dropped buckets and metadata as one
         atomic batch."""
-        if not (self._pending or self._pending_meta or self._opened or self._dropped):
-            return
-        batch = WriteBatch(raw_mode=True)
-        if self._pending:
-            self._place_pending(batch)
-        for b in self._opened:
-            batch.put(b"b" + b.key_prefix[1:], _t(b.end))
-        for b in self._dropped:
-            start = b.key_prefix[1:]
-            batch.delete_range(b.key_prefix, b"t" + _t(b.start + 1))
-            batch.delete(b"b" + start)
-        for key, value in self._pending_meta.items():
-            batch.put(key, value)
-        self._db.write(batch)
+        self._write(self._pending, self._pending_meta)
         self._pending.clear()
         self._pending_meta.clear()
-        self._opened.clear()
-        self._dropped.clear()
 
     def write_now(self, identities: dict[bytes, int]) -> None:
         """Write ``identities`` (-> event time) at once, and nothing buffered with them: they
         are records already in the output log (another writer's, read in before this worker
         produces), while the buffer holds the open batch's, written only once it is delivered.
         """
-        if not identities:
+        self._write(identities, {})
+
+    def _write(self, identities: dict[bytes, int], meta: dict[bytes, bytes]) -> None:
+        """Write ``identities``, ``meta``, new buckets and dropped buckets as one atomic
+        batch."""
+        if not (identities or meta or self._opened or self._dropped):
             return
-        buffered, self._pending = self._pending, dict(identities)
-        meta, self._pending_meta = self._pending_meta, {}
-        try:
-            self.flush()
-        finally:
-            self._pending, self._pending_meta = buffered, meta
+        batch = WriteBatch(raw_mode=True)
+        if identities:
+            self._place(batch, identities)
+        for b in self._opened:
+            batch.put(b"b" + b.key_prefix[1:], _t(b.end))
+        for b in self._dropped:
+            start = b.key_prefix[1:]
+            batch.delete_range(b.key_prefix, b"t" + _t(b.start + 1))
+            batch.delete(b"b" + start)
+        for key, value in meta.items():
+            batch.put(key, value)
+        self._db.write(batch)
+        self._opened.clear()
+        self._dropped.clear()
 
     def purge(self, before_event_time: int) -> int:
         """Forget the buckets that end at or below ``before_event_time`` (their identities are

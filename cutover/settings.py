@@ -130,6 +130,24 @@ class RouterSettings(BaseModel):
         description="records a worker consumes and decides at most per batch; a batch is one "
                     "transaction per partition, so larger batches pass a backlog faster, and "
                     "each record of a full batch waits longer for its commit")
+    stall_after_s: float = Field(
+        default=30.0, gt=0,
+        description="seconds a worker may own partitions with input waiting and decide no "
+                    "record before its watchdog reports it stalled (status, log, metric "
+                    "cutover_worker_stalled, /health 503) and rebuilds its clients; a step "
+                    "blocked for three times as long exits the process non-zero, so that its "
+                    "supervisor restarts it")
+    request_timeout_s: float = Field(
+        default=2.0, gt=0, le=60,
+        description="seconds one offsets request (a partition's end, its low offset) may take "
+                    "before it is asked again with fresh metadata; a request to a dead or "
+                    "frozen broker is given up after this and asked of the partition's new "
+                    "leader")
+    max_rebuilds: int = Field(
+        default=5, ge=1,
+        description="client rebuilds in a row with no record decided between them before the "
+                    "worker exits non-zero with the last reason, for its supervisor to restart "
+                    "it")
     kafka: dict[str, str | int | bool] = Field(
         default_factory=dict,
         description="librdkafka client settings passed through (security.protocol, sasl.*, "

@@ -20,6 +20,7 @@ from cutover.settings import RouterSettings, SettingsError
 from router.datapath import DataPath
 from router.errors import DataPathStopped, RouterConfigError
 from router.kafka_io import AccessDenied
+from router.rebuilds import RebuildsExhausted
 
 log = logging.getLogger("cutover.router")
 
@@ -50,6 +51,9 @@ class DataPathService(faust.Service):
         except (RouterConfigError, SettingsError, AccessDenied) as exc:
             log.error("router cannot start: %s", exc)
             self.exit_code = 2
+        except RebuildsExhausted as exc:
+            log.error("router stopped: %s", exc)
+            self.exit_code = 1
         except Exception as exc:
             log.exception("router data path failed: %s", exc)
             self.exit_code = 1
@@ -82,19 +86,23 @@ def build_app(settings: RouterSettings, worker_id: str | None = None,
     @app.page("/status")
     class StatusView(View):
         async def get(self, request: Request) -> Response:
-            return self.json(engine.board.as_json())
+            return self.json({**engine.board.as_json(), "liveness": engine.progress.as_json()})
 
     @app.page("/metrics")
     class MetricsView(View):
         async def get(self, request: Request) -> Response:
-            return self.text(engine.board.prometheus(),
+            return self.text(engine.board.prometheus() + engine.progress.prometheus(),
                              content_type="text/plain; version=0.0.4")
 
     @app.page("/health")
     class HealthView(View):
         async def get(self, request: Request) -> Response:
-            ok = engine.ready.is_set() and not engine.stop_event.is_set()
-            return self.json({"ready": ok}, status=200 if ok else 503)
+            # For liveness probes: 503 while the worker has not joined yet, is stopping, or its
+            # watchdog reports it stalled (router.watchdog)
+            ok = (engine.ready.is_set() and not engine.stop_event.is_set()
+                  and not engine.progress.stalled)
+            return self.json({"ready": ok, **engine.progress.as_json()},
+                             status=200 if ok else 503)
 
     del StatusView, MetricsView, HealthView
     return app, service

@@ -45,6 +45,8 @@ class Assignment:
     # Called before the group gives or takes partitions: waits for the last batch's commits
     # (router.batch_end.BatchEnd.wait), so that no partition changes hands mid-commit.
     before_change: Callable[[], None] = lambda: None
+    # Called after partitions were taken over: recovering is progress (router.watchdog).
+    on_takeover: Callable[[], None] = lambda: None
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.before_change()
@@ -62,6 +64,7 @@ class Assignment:
         consumer.assign(assign)
         self._index()
         self.board.changed = True
+        self.on_takeover()
         log.info("took over partitions %s", keys)
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -74,13 +77,15 @@ class Assignment:
                     [f"{tp.topic}:{tp.partition}" for tp in partitions])
         self.on_revoke(consumer, partitions)
 
-    def drop(self, keys: set[PartitionKey]) -> None:
+    def drop(self, keys: set[PartitionKey], discard: bool = False) -> None:
+        """Give partitions up: close their stores and producers (``discard``: purged, not
+        flushed: router.transactions.PartitionTransactions.drop)."""
         for key in keys:
             owned = self.owned.pop(key, None)
             if owned is not None:
                 owned.store.close()
         if self.txn is not None:
-            self.txn.drop(keys)
+            self.txn.drop(keys, discard=discard)
         self._index()
         if keys:
             self.board.changed = True
@@ -123,8 +128,8 @@ class Assignment:
 
         def low_offset(topic: str, partition: int) -> int:
             try:
-                low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                        timeout=10)
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self.settings.request_timeout_s)
                 return max(int(low), 0)
             except KafkaException:
                 return 0

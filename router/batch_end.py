@@ -62,19 +62,15 @@ PURGE_EVERY_S = 30
 @dataclass(frozen=True)
 class Stale:
     """Consumed records the next batch must not decide: read before their raw partition
-    (topic, partition) was taken over again from its checkpoint, which reads them again; or
-    every one (``every``: the worker rejoined the group with a new consumer)."""
+    (topic, partition) was taken over again from its checkpoint, which reads them again."""
 
     partitions: frozenset[tuple[str, int]] = frozenset()
-    every: bool = False
 
     def __bool__(self) -> bool:
-        return self.every or bool(self.partitions)
+        return bool(self.partitions)
 
     def fresh(self, msgs: list[Message]) -> list[Message]:
         """``msgs`` without the stale ones."""
-        if self.every:
-            return []
         return [m for m in msgs
                 if m.error() is not None or (m.topic(), m.partition()) not in self.partitions]
 
@@ -84,7 +80,7 @@ class Stale:
         for m in msgs:
             if m.error() is None:
                 tp = (m.topic(), m.partition())
-                if self.every or tp in self.partitions:
+                if tp in self.partitions:
                     counts[tp] = counts.get(tp, 0) + 1
         return counts
 
@@ -165,6 +161,17 @@ class BatchEnd:
         ended = self._ended
         if ended is not None and ended.commits is not None:
             ended.failed, ended.commits = wait_commits(ended.commits), None
+
+    def abandon(self) -> None:
+        """Wait for the last batch's commits and forget it (the worker is rebuilding its
+        clients or stopping: partitions are resumed from their checkpoints, so what the batch
+        left undone is done again by their next owner)."""
+        ended, self._ended = self._ended, None
+        if ended is not None and ended.commits is not None:
+            try:
+                wait_commits(ended.commits)
+            except Exception as exc:  # a commit thread's own failure: the batch is replayed
+                log.warning("the last batch's commits: %s", exc)
 
     def finish(self) -> Stale:
         """Settle the last batch before anything of the next one is decided: wait for its

@@ -46,8 +46,9 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
@@ -60,7 +61,13 @@ from router.checkpoint import checkpoint_topic
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
-from router.errors import RouterError
+from router.errors import (
+    ConsumerFailed,
+    ProducerFenced,
+    RouterConfigError,
+    RouterError,
+    WorkerStalled,
+)
 from router.gc_pause import batch_gc_pause, freeze_start_up
 from router.held_reads import read_before, rewind_if_changed
 from router.inline_output import Forward, InlineStream
@@ -74,6 +81,7 @@ from router.output_writer import OutputWriter
 from router.oversize import DEFAULT_LIMIT, size_conf
 from router.ownership import PollClock
 from router.partition import Owned, RouteRuntime
+from router.rebuilds import RebuildBudget, RebuildsExhausted
 from router.status_publisher import PartitionView, StatusBoard
 from router.topics import check_routes, ensure_checkpoint_topic
 from router.transactions import (
@@ -81,10 +89,13 @@ from router.transactions import (
     PartitionTransactions,
     transactions_on,
 )
+from router.watchdog import Progress, Watchdog
 
 log = logging.getLogger("cutover.router")
 
 POLL_S = 0.05
+# How long a rebuild waits for the old data consumer to close before it goes on without it.
+CLOSE_WAIT_S = 5.0
 
 
 class DataPath:
@@ -111,6 +122,12 @@ class DataPath:
                                  interval_s=settings.status_interval_s)
         self.ready = threading.Event()
         self.clock = PollClock()
+        self.progress = Progress(settings.stall_after_s)
+        self._rebuilds = RebuildBudget(settings.max_rebuilds)
+        # A fatal error the data consumer reported (error_cb), e.g. its static membership
+        # fenced after the group coordinator moved: the next step rebuilds it.
+        self._consumer_fatal: KafkaError | None = None
+        self._took_over = False
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
@@ -157,15 +174,17 @@ class DataPath:
         probe = Consumer(client_conf(self.settings, "probe",
                                      **{"group.id": f"{self.settings.group_id}.probe",
                                         "enable.auto.commit": False}))
-        self._writer = OutputWriter(conf, self._producer, probe)
+        self._writer = OutputWriter(conf, self._producer, probe, self.settings.request_timeout_s)
         self._parts = Assignment(self.settings, self.routes, self.topic_route, self.book.plans,
                                  self.ckpt_topic, self._txn, self.board, self.owned)
         self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
                              self.ckpt_topic, self.worker_id, self.clock,
                              self._current_consumer, self._recover)
         self._parts.before_change = self._end.wait
+        self._parts.on_takeover = self._note_takeover
         self._join()
         self.ready.set()
+        Watchdog(self.progress, self.stop_event).start()
         allocator = fastbins_off()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
                  "allocator %s", self.worker_id, sorted(self.routes),
@@ -173,27 +192,80 @@ class DataPath:
         freeze_start_up()
         try:
             while not self.stop_event.is_set():
-                self.step()
+                try:
+                    self.step()
+                except (RouterConfigError, RebuildsExhausted):
+                    raise
+                except (KafkaException, RouterError) as exc:
+                    self._rebuild(_reason(exc))
         finally:
             self._shutdown()
 
     def _join(self) -> None:
-        """Start the data consumer and join the group (rebalance callbacks: below)."""
+        """Start the data consumer and join the group (rebalance callbacks: below; those of a
+        consumer replaced by a rebuild are ignored)."""
         conf = data_consumer_conf(self.settings, self.instance_id)
+        conf["error_cb"] = self._on_consumer_error
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
-        self._consumer = Consumer(conf)
+        consumer = self._consumer = Consumer(conf)
         assert self._parts is not None
         parts = self._parts
-        self._consumer.subscribe(sorted(self.topic_route), on_assign=parts.on_assign,
-                                 on_revoke=parts.on_revoke, on_lost=parts.on_lost)
+
+        def current(callback: Rebalance) -> Rebalance:
+            def guarded(c: Consumer, partitions: list[TopicPartition]) -> None:
+                if c is self._consumer:
+                    callback(c, partitions)
+            return guarded
+
+        consumer.subscribe(sorted(self.topic_route), on_assign=current(parts.on_assign),
+                           on_revoke=current(parts.on_revoke), on_lost=current(parts.on_lost))
+
+    def _on_consumer_error(self, err: KafkaError) -> None:
+        """The data consumer's error_cb (called inside its consume, on the data thread)."""
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self._consumer_fatal = err
+        else:
+            log.warning("consumer: %s", err.str())
+
+    def _note_takeover(self) -> None:
+        self._took_over = True
+        self.progress.idle()  # recovering, not idle: the stall clock starts again
 
     def _current_consumer(self) -> Consumer:
         assert self._consumer is not None
         return self._consumer
 
+    # -- rebuilding the clients -------------------------------------------------------------
+
+    def _rebuild(self, why: str) -> None:
+        """Rebuild the data consumer and the partitions' producers and rejoin the group, as a
+        restarted process would, without the restart: the last batch's commits are waited
+        for, every partition is given up (stores closed, producers purged), the old consumer
+        is closed (at most ``CLOSE_WAIT_S``; its callbacks no longer reach this worker) and a
+        new one joins. Partitions taken back resume from their checkpoints; what the dropped
+        batch had decided is read and decided again. Raises :class:`RebuildsExhausted` after
+        ``max_rebuilds`` in a row without progress."""
+        assert self._parts is not None and self._writer is not None
+        delay = self._rebuilds.spend(why)
+        log.error("%s; rebuilding the data consumer and the partitions' producers and "
+                  "rejoining the group (partitions resume from their checkpoints)", why)
+        if self._end is not None:
+            self._end.abandon()
+        old, self._consumer = self._consumer, None
+        self._parts.drop(set(self.owned), discard=True)
+        self._writer.reset()
+        self._consumer_fatal = None
+        if old is not None:
+            _close_in_background(old)
+        if delay and self.stop_event.wait(delay):
+            return
+        self._join()
+        self.progress.rebuilt()
+        self.board.changed = True
+
     def _shutdown(self) -> None:
         if self._end is not None:
-            self._end.wait()  # the last batch's commits (its stores flush in their threads)
+            self._end.abandon()  # the last batch's commits (its stores flush in their threads)
         if self._writer is not None:
             self._writer.probe.close()
         if self._consumer is not None:
@@ -232,8 +304,14 @@ class DataPath:
 
     def step(self) -> None:
         assert self._consumer is not None and self._control is not None
+        self.progress.begin_step()
+        self._took_over = False
         msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
+        if self._consumer_fatal is not None:
+            err, self._consumer_fatal = self._consumer_fatal, None
+            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
+        progressed = bool(msgs) or self._took_over
         with batch_gc_pause():
             assert self._end is not None
             stale = self._end.finish()  # the last batch's commits ran during the consume
@@ -256,6 +334,35 @@ class DataPath:
                 self.board.changed = True
             del msgs
         self.board.tick()
+        self.progress.stepped(progressed)
+        if progressed:
+            self._rebuilds.progressed()
+        elif self.progress.check_due():
+            self._judge_stall()
+
+    def _judge_stall(self) -> None:
+        """No progress for ``stall_after_s``: a stall if input waits on a partition this
+        worker owns (its position below the high watermark its last fetch saw; a partition
+        whose fetches never answered counts as waiting), else the worker is merely idle."""
+        assert self._consumer is not None and self._parts is not None
+        consumer = self._consumer
+        tps = [TopicPartition(t, p) for t, p in self._parts.by_tp]
+        waiting: list[str] = []
+        for tp in consumer.position(tps) if tps else []:
+            owned = self._parts.by_tp[(tp.topic, tp.partition)]
+            at = tp.offset if tp.offset >= 0 else \
+                owned.durability.next_offsets.get(tp.topic, 0)
+            got = consumer.get_watermark_offsets(tp, cached=True)
+            high = got[1] if got is not None else -1
+            if high < 0 or at < high:
+                waiting.append(f"{tp.topic}:{tp.partition}")
+        if not waiting:
+            self.progress.idle()
+            return
+        reason = (f"no record decided for {self.settings.stall_after_s:.0f}s while input "
+                  f"waits on {', '.join(waiting[:8])}{' ...' if len(waiting) > 8 else ''}")
+        self.progress.stall(reason)
+        raise WorkerStalled(reason)
 
     def _handle_all(self, msgs: list[Message]) -> None:
         """Decide a consumed batch. The per-record path is written for speed (locals, nothing
@@ -382,8 +489,8 @@ class DataPath:
 
     def _consumer_error(self, msg: Message) -> None:
         err = msg.error()
-        if err.fatal():
-            raise KafkaException(err)
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
         if err.code() != KafkaError._PARTITION_EOF:
             log.warning("consumer: %s", err.str())
 
@@ -444,12 +551,8 @@ class DataPath:
         records consumed since that are read again (router.batch_end.Stale)."""
         assert self._consumer is not None and self._parts is not None
         if failed.fenced:
-            log.error("partitions %s have a newer owner (producer fenced): giving up this "
-                      "worker's partitions and rejoining the group", sorted(failed.fenced))
-            self._consumer.close()
-            self._parts.drop(set(self.owned))
-            self._join()
-            return Stale(every=True)
+            raise ProducerFenced(f"partitions {sorted(failed.fenced)} have a newer owner "
+                                 "(producer fenced)")
         if not failed.aborted:
             return NOTHING_STALE
         self._parts.retake(self._consumer, set(failed.aborted))
@@ -457,3 +560,29 @@ class DataPath:
                     sorted(failed.aborted))
         return Stale(frozenset((t, p) for route, p in failed.aborted
                                for t in self.routes[route].settings.inputs))
+
+
+Rebalance = Callable[[Consumer, list[TopicPartition]], None]
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for the log: the error's own sentence."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return f"client error: {exc.args[0].str()}"
+    return str(exc) or type(exc).__name__
+
+
+def _close_in_background(consumer: Consumer) -> None:
+    """Close a data consumer being replaced, waiting at most ``CLOSE_WAIT_S``: a consumer
+    whose coordinator is gone can take its whole session to close, and the new one does not
+    need it closed (with an instance id it takes the member's place, without one the old
+    member's session ends)."""
+    def close() -> None:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.info("closing the replaced consumer: %s", exc)
+
+    closer = threading.Thread(target=close, name="cutover-consumer-close", daemon=True)
+    closer.start()
+    closer.join(CLOSE_WAIT_S)

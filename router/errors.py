@@ -46,3 +46,13 @@ class FailpointHit(RouterError):
 class DataPathStopped(RouterError):
     """The data path ended without being asked to (after one of the errors above, logged, or
     a broker that never answered): the Faust worker stops too."""
+
+
+class ConsumerFailed(RouterError):
+    """The data consumer hit an error it cannot go on from (a fatal error, such as a static
+    member fenced after the group coordinator moved): the worker rebuilds it and rejoins."""
+
+
+class WorkerStalled(RouterError):
+    """The worker owns partitions with input waiting and decided nothing for ``stall_after_s``
+    (router.watchdog): it rebuilds its clients and rejoins."""

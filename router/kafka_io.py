@@ -202,20 +202,28 @@ def _ask_while_leaders_move(consumer: Consumer, ask: Callable[[], _T],
             delay = min(delay * 2, 2.0)
 
 
-def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0
-                  ) -> tuple[int, int]:
+# One offsets request's time before it is asked again with fresh metadata (the router's
+# ``request_timeout_s``): a request queued for a dead or frozen broker is given up after this,
+# not after librdkafka's own timeout, so a leader's failure holds its partitions only while
+# Kafka elects a new leader.
+ATTEMPT_S = 2.0
+
+
+def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0,
+                  attempt_s: float = ATTEMPT_S) -> tuple[int, int]:
     """(low, high) of ``tp`` asked of its leader (ListOffsets), asked again while leadership
     moves (:func:`_ask_while_leaders_move`)."""
 
     def ask() -> tuple[int, int]:
-        low, high = consumer.get_watermark_offsets(tp, timeout=min(10.0, timeout), cached=False)
+        low, high = consumer.get_watermark_offsets(tp, timeout=min(attempt_s, timeout),
+                                                   cached=False)
         return int(low), int(high)
 
     return _ask_while_leaders_move(consumer, ask, lambda: [tp], timeout)
 
 
-def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 30.0
-                ) -> dict[tuple[str, int], int]:
+def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 30.0,
+                attempt_s: float = ATTEMPT_S) -> dict[tuple[str, int], int]:
     """The end of each of ``tps`` (the last stable offset under ``read_committed``), asked in
     one ListOffsets per leader rather than one round trip per partition: the router asks it of
     every output partition it writes, every batch (4 partitions: 8-25 ms one by one, 1-2 ms
@@ -228,7 +236,7 @@ def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 
         nonlocal todo
         # timestamp -1 is ListOffsets' LATEST: the request a watermark query sends
         got = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, -1)
-                                          for tp in todo], timeout=min(10.0, timeout))
+                                          for tp in todo], timeout=min(attempt_s, timeout))
         ends.update({(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.error is None})
         todo = [tp for tp in got if tp.error is not None]
         if todo:

@@ -32,7 +32,7 @@ from cutover.headers import ERROR, SRC
 from router.durability import Durability, Headers, Ref
 from router.errors import OutputWriteFailed
 from router.inline_output import InlineStream
-from router.kafka_io import end_offsets, read_to_end
+from router.kafka_io import ATTEMPT_S, end_offsets, read_to_end
 from router.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 from router.partition import Owned
 from router.readback import Identities, ReadBack, note
@@ -77,13 +77,16 @@ def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, De
 class OutputWriter:
     """Writes the batches of the partitions this worker owns."""
 
-    def __init__(self, conf: dict[str, Any], producer: Producer, probe: Consumer) -> None:
+    def __init__(self, conf: dict[str, Any], producer: Producer, probe: Consumer,
+                 attempt_s: float = ATTEMPT_S) -> None:
         """``conf``: a reader's client settings (to read output partitions back); ``probe``:
         a consumer of its own for ListOffsets (on the data consumer the request queues behind
-        its long-poll fetch; measured: ~1 s per batch with the default wait)."""
+        its long-poll fetch; measured: ~1 s per batch with the default wait); ``attempt_s``:
+        one ListOffsets request's time before it is asked again (``request_timeout_s``)."""
         self.conf = conf
         self.producer = producer
         self.probe = probe
+        self.attempt_s = attempt_s
         self.queue: list[Output] = []
         # output partition -> its forwards of this batch produced as decided (transactions)
         self.streams: dict[Destination, InlineStream] = {}
@@ -189,6 +192,13 @@ class OutputWriter:
             stream = self.streams[dest] = InlineStream(dest[0], producer, self, owned)
         return stream
 
+    def reset(self) -> None:
+        """Forget the batch in progress (the worker is rebuilding its clients: the batch is
+        replayed from the partitions' checkpoints)."""
+        self.queue = []
+        self.streams.clear()
+        self.checked_every = False
+
     def end_streams(self) -> bool:
         """The batch is decided: queue each stream's held-back record (produced last). True
         when the end of every owned output partition was checked in this batch, before any of
@@ -215,7 +225,7 @@ class OutputWriter:
             return
         tps = [TopicPartition(o.route.settings.output, o.partition) for o in writing]
         try:
-            ends = end_offsets(self.probe, tps)
+            ends = end_offsets(self.probe, tps, attempt_s=self.attempt_s)
         except KafkaException as exc:
             named = ", ".join(f"{tp.topic}:{tp.partition}" for tp in tps)
             raise OutputWriteFailed(f"cannot read the end of output {named} ({exc}); "

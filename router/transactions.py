@@ -24,6 +24,7 @@ partition has a newer owner: the worker gives its partitions up and rejoins the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -142,12 +143,19 @@ class PartitionTransactions:
                     "off") from None
             self.producers[key] = producer
 
-    def drop(self, keys: Iterable[PartitionKey]) -> None:
-        """Close the producers of partitions given up (between batches: none is open)."""
+    def drop(self, keys: Iterable[PartitionKey], discard: bool = False) -> None:
+        """Close the producers of partitions given up (between batches: none is open).
+        ``discard``: the worker is rebuilding its clients; what a producer still holds is
+        purged, not waited for (its open transaction, if any, is aborted by the partition's
+        next ``init_transactions``, ours or a newer owner's)."""
         for key in keys:
             self.open.discard(key)
             producer = self.producers.pop(key, None)
             if producer is None:
+                continue
+            if discard:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.purge(in_queue=True, in_flight=True, blocking=False)
                 continue
             try:
                 producer.flush(5)

@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,11 +153,11 @@ class RouterProcess(RouterChild):
     """A router worker of an integration test's environment, logging into its directory."""
 
     def __init__(self, env: Env, config: Path | None = None, name: str = "w",
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, args: Sequence[str] = ()) -> None:
         self.env = env
         self.config = config or env.config
         super().__init__(self.config, env.tmp / f"{env.name}-{name}-{uuid.uuid4().hex[:4]}.log",
-                         extra_env)
+                         extra_env, args)
 
 
 @dataclass

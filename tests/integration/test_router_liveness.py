@@ -1,0 +1,53 @@
+"""Never alive and idle (DESIGN.md, "Liveness"), on the real broker: a client error the worker
+cannot go on from is handled by rebuilding its clients and rejoining, without a restart."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from cutover.broker import BrokerUnderTest
+from tests.integration.harness import Env, Job, RouterProcess, check_output, events
+
+pytestmark = pytest.mark.broker
+
+
+def test_a_fenced_static_member_rebuilds_its_consumer_and_forwards_again(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """Another consumer joins with the worker's group.instance.id: the coordinator fences the
+    worker's member, a fatal error for its consumer (what a coordinator's failover did to both
+    workers of a route). The worker rebuilds its consumer, takes its place back and forwards
+    the rest of the stream exactly once."""
+    if broker.kind == "tansu":
+        pytest.skip("the embedded broker has no static membership")
+    env = Env(broker.bootstrap, tmp_path, partitions=2)
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    router = RouterProcess(env, args=("--instance-id", "w1"))
+    try:
+        router.wait_started()
+        blue = Job(env, "blue")
+        blue.emit(events(0, 200))
+        env.wait_output(200)
+
+        intruder = Consumer({"bootstrap.servers": broker.bootstrap,
+                             "group.id": f"g-{env.name}", "group.instance.id": "w1",
+                             "session.timeout.ms": 6000, "enable.auto.commit": False})
+        try:
+            intruder.subscribe(env.inputs)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and "the data consumer failed" not in router.text():
+                intruder.poll(0.2)
+        finally:
+            intruder.close()
+        assert "the data consumer failed" in router.text(), router.tail(60)
+
+        blue.emit(events(200, 400))
+        env.wait_output(400, timeout=60)
+        check_output(env, events(0, 400), lambda p, t: "blue")
+        assert "rebuilding the data consumer" in router.text()
+        router.assert_alive()
+    finally:
+        router.stop()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from typing import Any
 
 import faust
@@ -18,7 +20,7 @@ from faust.web import Request, Response, View
 
 from cutover.settings import RouterSettings, SettingsError
 from router.datapath import DataPath
-from router.errors import DataPathStopped, RouterConfigError
+from router.errors import RouterConfigError
 from router.kafka_io import AccessDenied
 from router.rebuilds import RebuildsExhausted
 
@@ -58,8 +60,13 @@ class DataPathService(faust.Service):
             log.exception("router data path failed: %s", exc)
             self.exit_code = 1
         if not self.engine.stop_event.is_set():
+            # Stopped by its own failure (logged above in one sentence): the worker shuts down
+            # as on SIGTERM, and run_worker returns the exit code; no crash report after the
+            # sentence.
             self.engine.stop()
-            await self.crash(DataPathStopped("router data path stopped"))
+            if self.exit_code == 0:
+                self.exit_code = 1
+            os.kill(os.getpid(), signal.SIGTERM)
 
     async def on_stop(self) -> None:
         self.engine.stop()

@@ -1,16 +1,19 @@
 """The router worker's named failures.
 
-Each one stops the data path with a sentence that says what happened; the worker process exits
-(code 2 for :class:`RouterConfigError`, 1 otherwise) and, restarted, resumes from its partition
-checkpoints, which never pass a record whose output was not delivered. They derive from
-``RuntimeError`` as the plain errors they replace did.
+Each one ends the batch in progress with a sentence that says what happened. The worker then
+rebuilds its clients and rejoins the group (router.datapath), resuming every partition it gets
+back from its checkpoint, which never passes a record whose output was not delivered; as a
+restarted process would, without the restart. :class:`RouterConfigError` instead ends the
+worker (code 2): rebuilding cannot mend settings. So does a run of rebuilds that brings no
+progress (router.rebuilds, code 1), for the worker's supervisor to restart it.
 """
 
 from __future__ import annotations
 
 
 class RouterError(RuntimeError):
-    """The data path cannot go on safely; restarting the worker is the remedy."""
+    """The data path cannot go on safely with its clients as they are: rebuilding them and
+    rejoining is the remedy."""
 
 
 class RouterConfigError(RouterError):
@@ -41,11 +44,6 @@ class ProducerFenced(RouterError):
 
 class FailpointHit(RouterError):
     """A test seam fired (``CUTOVER_FAILPOINT``): handled as the failure it stands for."""
-
-
-class DataPathStopped(RouterError):
-    """The data path ended without being asked to (after one of the errors above, logged, or
-    a broker that never answered): the Faust worker stops too."""
 
 
 class ConsumerFailed(RouterError):

@@ -119,29 +119,46 @@ class PartitionTransactions:
 
     def take(self, keys: Iterable[PartitionKey]) -> None:
         """Start the producers of partitions taken over. ``init_transactions`` aborts the
-        previous owner's open transaction and fences it: call before reading anything back."""
-        for key in keys:
-            if key in self.producers:
-                continue
-            route, p = key
-            producer = Producer(client_conf(
-                self.settings, "producer",
-                **{"transactional.id": transactional_id(self.settings.group_id, route, p),
-                   "linger.ms": LINGER_MS, "batch.num.messages": 10000,
-                   "queue.buffering.max.messages": 1_000_000, "acks": "all",
-                   **size_conf(self.record_limits.get(route, DEFAULT_LIMIT))}))
-            try:
-                producer.init_transactions(INIT_TIMEOUT_S)
-            except KafkaException as exc:
-                if not transactional_id_refused(exc.args[0]):
-                    raise
-                raise RouterConfigError(
-                    f"the broker refuses this worker the transactional id "
-                    f"{transactional_id(self.settings.group_id, route, p)}: grant its principal "
-                    f"Write on the transactional ids with the prefix '{self.settings.group_id}.' "
-                    "(README, Access control; `cutover doctor` checks it), or set transactions: "
-                    "off") from None
-            self.producers[key] = producer
+        previous owner's open transaction and fences it: call before reading anything back.
+        The partitions' producers start in parallel (each start is round trips to its
+        transaction coordinator, and a takeover of many partitions would otherwise wait for
+        them one after the other)."""
+        todo = [k for k in dict.fromkeys(keys) if k not in self.producers]
+        started = list(self.pool.map(self._start, todo))
+        refused = [k for k, (_, error) in zip(todo, started, strict=True) if error is not None]
+        for key, (producer, _) in zip(todo, started, strict=True):
+            if not refused:
+                self.producers[key] = producer
+            else:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    producer.purge(in_queue=True, in_flight=True, blocking=False)
+        if refused:
+            error = started[todo.index(refused[0])][1]
+            assert error is not None
+            raise error
+
+    def _start(self, key: PartitionKey) -> tuple[Producer, Exception | None]:
+        """One partition's transactional producer, initialised; or the error that refused
+        it."""
+        route, p = key
+        producer = Producer(client_conf(
+            self.settings, "producer",
+            **{"transactional.id": transactional_id(self.settings.group_id, route, p),
+               "linger.ms": LINGER_MS, "batch.num.messages": 10000,
+               "queue.buffering.max.messages": 1_000_000, "acks": "all",
+               **size_conf(self.record_limits.get(route, DEFAULT_LIMIT))}))
+        try:
+            producer.init_transactions(INIT_TIMEOUT_S)
+        except KafkaException as exc:
+            if not transactional_id_refused(exc.args[0]):
+                return producer, exc
+            return producer, RouterConfigError(
+                f"the broker refuses this worker the transactional id "
+                f"{transactional_id(self.settings.group_id, route, p)}: grant its principal "
+                f"Write on the transactional ids with the prefix '{self.settings.group_id}.' "
+                "(README, Access control; `cutover doctor` checks it), or set transactions: "
+                "off")
+        return producer, None
 
     def drop(self, keys: Iterable[PartitionKey], discard: bool = False) -> None:
         """Close the producers of partitions given up (between batches: none is open).
@@ -234,7 +251,9 @@ class PartitionTransactions:
                         and time.monotonic() < deadline:
                     log.warning("partition %s/%d: commit did not complete (%s); asking again",
                                 key[0], key[1], err.str())
-                    timeout = -1
+                    # the same commit resumed, bounded: an unbounded wait on a coordinator
+                    # that never answers would hold the worker for good
+                    timeout = max(deadline - time.monotonic(), 0.1)
                     continue
                 self.abort([key])
                 raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed "

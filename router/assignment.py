@@ -47,11 +47,18 @@ class Assignment:
     before_change: Callable[[], None] = lambda: None
     # Called after partitions were taken over: recovering is progress (router.watchdog).
     on_takeover: Callable[[], None] = lambda: None
+    # Partitions an orderly rebalance revoked, kept whole (decision state, store, producer)
+    # until the next assignment says whether they stay: see :meth:`on_revoke`.
+    parked: dict[PartitionKey, Owned] = field(default_factory=dict)
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.before_change()
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
+        kept = [k for k in keys if k in self.parked]
+        for key in kept:
+            self.owned[key] = self.parked.pop(key)
+        self._close(self.parked)   # moved to another worker
         self.owned.update(self._resume(consumer, [k for k in keys if k not in self.owned]))
         assign = []
         for tp in partitions:
@@ -65,31 +72,67 @@ class Assignment:
         self._index()
         self.board.changed = True
         self.on_takeover()
-        log.info("took over partitions %s", keys)
+        log.info("took over partitions %s%s", keys,
+                 f" ({len(kept)} kept through the rebalance)" if kept else "")
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """An orderly rebalance revokes every partition (the range assignment is eager),
+        mostly to give most of them straight back. With transactions a revoked partition is
+        parked, not closed: if the next assignment gives it back, it goes on from where it
+        stood, without a takeover (no producer start, checkpoint read or read-back), so a
+        worker joining or leaving stops only the partitions that move. Why that is safe: no
+        other worker can have written the partition in between without first starting its
+        transactional producer, which fences this worker's; the parked producer's next commit
+        then fails and the worker rebuilds and takes the partition over properly (nothing it
+        wrote after the fence is ever committed). Without transactions nothing fences, so
+        revoked partitions are given up and taken over again."""
+        self.before_change()
+        keys = {(self.topic_route[tp.topic].settings.name, tp.partition)
+                for tp in partitions if tp.topic in self.topic_route}
+        if self.txn is None:
+            self.drop(keys)
+            return
+        for key in keys:
+            owned = self.owned.pop(key, None)
+            if owned is not None:
+                self.parked[key] = owned
+        self._index()
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The session expired: the partitions may already be another worker's; nothing of
+        them is kept."""
+        log.warning("partitions lost (session expired): %s",
+                    [f"{tp.topic}:{tp.partition}" for tp in partitions])
         self.before_change()
         self.drop({(self.topic_route[tp.topic].settings.name, tp.partition)
                    for tp in partitions if tp.topic in self.topic_route})
-
-    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost (session expired): %s",
-                    [f"{tp.topic}:{tp.partition}" for tp in partitions])
-        self.on_revoke(consumer, partitions)
+        self._close(self.parked)
 
     def drop(self, keys: set[PartitionKey], discard: bool = False) -> None:
         """Give partitions up: close their stores and producers (``discard``: purged, not
         flushed: router.transactions.PartitionTransactions.drop)."""
-        for key in keys:
-            owned = self.owned.pop(key, None)
-            if owned is not None:
-                owned.store.close()
-        if self.txn is not None:
+        gone = {k: o for k in keys if (o := self.owned.pop(k, None)) is not None}
+        self._close(gone, discard)
+        if self.txn is not None:  # producers of partitions whose takeover did not complete
             self.txn.drop(keys, discard=discard)
         self._index()
-        if keys:
+
+    def drop_all(self, discard: bool = False) -> None:
+        """Give every partition up, parked ones included (the worker rebuilds its clients)."""
+        self._close(self.parked, discard)
+        self.drop(set(self.owned), discard)
+
+    def _close(self, parts: dict[PartitionKey, Owned], discard: bool = False) -> None:
+        """Close the stores and producers of partitions no longer this worker's; empties
+        ``parts``."""
+        for owned in parts.values():
+            owned.store.close()
+        if self.txn is not None:
+            self.txn.drop(list(parts), discard=discard)
+        if parts:
             self.board.changed = True
-            log.info("released partitions %s", sorted(keys))
+            log.info("released partitions %s", sorted(parts))
+        parts.clear()
 
     def retake(self, consumer: Consumer, keys: set[PartitionKey]) -> None:
         """Take partitions whose batch aborted over again from their checkpoints, and read

@@ -252,7 +252,7 @@ class DataPath:
         if self._end is not None:
             self._end.abandon()
         old, self._consumer = self._consumer, None
-        self._parts.drop(set(self.owned), discard=True)
+        self._parts.drop_all(discard=True)
         self._writer.reset()
         self._consumer_fatal = None
         if old is not None:
@@ -265,7 +265,7 @@ class DataPath:
 
     def _shutdown(self) -> None:
         if self._end is not None:
-            self._end.abandon()  # the last batch's commits (its stores flush in their threads)
+            self._end.wait()  # the last batch's commits (its stores flush in their threads)
         if self._writer is not None:
             self._writer.probe.close()
         if self._consumer is not None:
@@ -273,9 +273,8 @@ class DataPath:
                 self._consumer.close()  # revokes: nothing undelivered is pending here
             except (KafkaException, RuntimeError) as exc:
                 log.warning("closing consumer: %s", exc)
-        for owned in self.owned.values():
-            owned.store.close()
-        self.owned.clear()
+        if self._parts is not None:
+            self._parts.drop_all()  # parked partitions too (the close's revoke parks them)
         if self._txn is not None:
             self._txn.close()
         if self._control is not None:

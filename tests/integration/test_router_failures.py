@@ -106,6 +106,10 @@ def test_two_workers_rebalance_during_switch(bootstrap: str, tmp_path: Path) -> 
         assert all(b is not None and b >= boundary for b in eff.values()), parts
         check_output(env, events(0, N), lambda p, t: "green" if t >= eff[p] else "blue")
         a.assert_alive()
+        if "transactions on" in a.text():
+            # the partitions that stayed with a through both rebalances went on where they
+            # stood, without a takeover (router.assignment.Assignment.on_revoke)
+            assert "kept through the rebalance" in a.text(), a.tail(40)
     finally:
         a.stop()
         if b is not None:

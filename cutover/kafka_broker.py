@@ -354,15 +354,24 @@ class KafkaCluster:
             raise BrokerError("no node of the cluster has recorded a quorum leader yet")
         return best[0]
 
-    def coordinator(self, group_id: str, timeout: float = 10.0) -> int:
-        """The node id of ``group_id``'s group coordinator."""
+    def coordinator(self, group_id: str, timeout: float = 60.0) -> int:
+        """The node id of ``group_id``'s group coordinator (asked again until ``timeout``: a
+        loaded cluster may not answer the first time)."""
         live = [n for n in self.nodes if n.process is not None]
-        conf = {**self.admin_conf(live[0]),
+        conf = {**self.admin_conf(live[0]), "log_level": 0,
                 "bootstrap.servers": ",".join(self.admin_conf(n)["bootstrap.servers"]
                                               for n in live)}
-        futures = AdminClient(conf).describe_consumer_groups([group_id],
-                                                             request_timeout=timeout)
-        return int(futures[group_id].result(timeout=timeout).coordinator.id)
+        admin = AdminClient(conf)
+        deadline = time.monotonic() + timeout
+        while True:
+            futures = admin.describe_consumer_groups([group_id], request_timeout=15)
+            try:
+                return int(futures[group_id].result(timeout=20).coordinator.id)
+            except Exception as exc:  # KafkaException or a timeout: ask again
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"the coordinator of group {group_id!r} is unknown: "
+                                      f"{exc!r}") from exc
+                time.sleep(1.0)
 
     def restart(self, node_id: int, timeout: float = 90.0) -> None:
         """Bring a killed node back on its ports and data, and wait until it is registered."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover.broker import EXTERNAL_BOOTSTRAP_ENV, test_broker_kind
+from cutover import broker as brokers
 from cutover.kafka_broker import KafkaCluster
 from tests.soak.chaos import ChaosResult, ChaosSettings, chaos_run
 from tests.soak.cluster_faults import FaultKind
@@ -35,7 +35,7 @@ STUCK_S = 60.0
 
 @pytest.fixture(scope="module")
 def defaults_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    if os.environ.get(EXTERNAL_BOOTSTRAP_ENV) or test_broker_kind() != "kafka":
+    if os.environ.get(brokers.EXTERNAL_BOOTSTRAP_ENV) or brokers.test_broker_kind() != "kafka":
         pytest.skip("fault cells start their own three-node Apache Kafka")
     root = tmp_path_factory.mktemp("defaults-kafka")
     with KafkaCluster(size=3, root=root, broker_defaults=True) as cluster:
@@ -52,17 +52,21 @@ def cell_settings(kind: FaultKind, repetition: int) -> ChaosSettings:
 def run_fault_cell(cluster: KafkaCluster, kind: FaultKind, repetition: int,
                    tmp: Path) -> ChaosResult:
     r = chaos_run(cluster, tmp, cell_settings(kind, repetition), say=lambda _line: None)
-    f = r.faults[0] if r.faults else None
-    print(f"\n[{kind.value} #{repetition}] {r.verdict.forwarded}/{r.verdict.expected} records, "
-          f"{summary_line(f) if f else 'no fault'}; {f.fault.target if f else ''}"
-          f"{''.join('; ' + n for n in (f.fault.notes if f else []) + r.notes)}", flush=True)
+    print(f"\n[{kind.value} #{repetition}] {describe(r)}", flush=True)
     return r
+
+
+def describe(r: ChaosResult) -> str:
+    f = r.faults[0] if r.faults else None
+    return (f"{r.verdict.forwarded}/{r.verdict.expected} records forwarded; "
+            f"{summary_line(f) + ' after ' + f.fault.target if f else 'no fault'}"
+            f"{''.join('; ' + n for n in (f.fault.notes if f else []) + r.notes)}")
 
 
 def check(r: ChaosResult) -> None:
     v = r.verdict
     assert v.expected > 0, "the workload wrote nothing"
-    assert not v.reasons, "; ".join(v.reasons) + f" (first lost: {v.lost_samples})"
+    assert not v.reasons, f"{'; '.join(v.reasons)} (first lost: {v.lost_samples}): {describe(r)}"
     assert len(r.faults) == 1
     gap = r.faults[0].gap
     assert gap.excess_s <= STUCK_S, (

@@ -31,6 +31,24 @@ class FaultKind(StrEnum):
     WORKER_REPLACED = "worker added, one removed"    # a new instance id joins, another leaves
 
 
+WHAT_IT_DOES: dict[FaultKind, str] = {
+    FaultKind.WORKER_KILL: "kill -9 of a random worker, restarted at once with its instance id "
+                           "and state directory (a supervisor's restart)",
+    FaultKind.WORKER_ZOMBIE: "SIGSTOP of a random worker for 20-40 s (past its 6 s session: its "
+                             "partitions move), then SIGCONT: it must give them up and rejoin",
+    FaultKind.WORKER_WIPED: "kill -9 of a random worker, its state directory deleted, restarted "
+                            "with its instance id (a pod rescheduled to another node)",
+    FaultKind.LEADER_KILL: "kill -9 of the node leading a random raw or output partition, "
+                           "restarted on its data 10-20 s later",
+    FaultKind.CONTROLLER_KILL: "kill -9 of the KRaft quorum's leader, restarted 10-20 s later",
+    FaultKind.COORDINATOR_KILL: "kill -9 of the router group's coordinator, restarted 10-20 s "
+                                "later",
+    FaultKind.BROKER_FREEZE: "SIGSTOP of a random node for 20 s, then SIGCONT",
+    FaultKind.WORKER_REPLACED: "a worker with a new instance id joins; once it has taken "
+                               "partitions a random other worker leaves (SIGTERM)",
+}
+
+
 class FaultRecord(BaseModel):
     """One fault as it happened: wall-clock start and end (seconds) and what it hit."""
 

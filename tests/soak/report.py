@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from tests.soak.chaos import ChaosResult, FaultOutcome
-from tests.soak.cluster_faults import FaultKind
+from tests.soak.cluster_faults import WHAT_IT_DOES, FaultKind
 from tests.soak.rss import RSS_TOLERANCE, rss_flat
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "soak.md"
@@ -145,6 +145,10 @@ def render(r: ChaosResult, kafka: str) -> str:
         "the most counts.",
         "",
         *_by_kind(r),
+        "",
+        "What each fault does:",
+        "",
+        *(f"- *{k.value}*: {WHAT_IT_DOES[k]}." for k in FaultKind),
         "",
         "## Records",
         "",

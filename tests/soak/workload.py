@@ -93,7 +93,7 @@ class Workload:
 
         return Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
                          "linger.ms": 5, "message.timeout.ms": 600_000, "error_cb": on_error,
-                         "log_level": 3})
+                         "log_level": 0})
 
     # -- running ------------------------------------------------------------------------------
 

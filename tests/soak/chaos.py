@@ -29,6 +29,8 @@ from tests.soak.router_workers import RouteTopics, WorkerPool
 from tests.soak.rss import WorkerRss, rss_summary
 from tests.soak.workload import VERSIONS, Workload
 
+QUIET_S = 20.0   # at least this long between one fault's end and the next one's start
+
 
 class ChaosSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -40,7 +42,7 @@ class ChaosSettings(BaseModel):
     rate: float = 120.0                     # events per second, each written by both versions
     switch_every_s: float = 150.0
     plan_lead_ms: int = 30_000
-    fault_every_s: tuple[float, float] = (60.0, 90.0)
+    fault_every_s: tuple[float, float] = (60.0, 90.0)   # start to start
     kinds: tuple[FaultKind, ...] = tuple(FaultKind)
     schedule: tuple[FaultKind, ...] | None = None   # these faults in order, instead of random
     warmup_s: float = 20.0                  # steady output before the first fault
@@ -86,7 +88,8 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     root.mkdir(parents=True, exist_ok=True)
     pool = WorkerPool(root, bootstrap, topics)
     workload = Workload(bootstrap, topics.raw, s.partitions, s.rate, rng.randrange(1 << 30))
-    switcher = PlanSwitcher(Target(base_conf(bootstrap), topics.control, topics.status),
+    quiet = {**base_conf(bootstrap), "log_level": 0}  # a broker down is the point, not news
+    switcher = PlanSwitcher(Target(quiet, topics.control, topics.status),
                             name, s.switch_every_s, s.plan_lead_ms, lambda: workload.max_t)
     watcher = OutputWatcher(bootstrap, topics.output, topics.status, name, s.partitions)
     injector = FaultInjector(cluster, pool, s.partitions, rng)
@@ -164,14 +167,19 @@ def _wait_flowing(watcher: OutputWatcher, s: ChaosSettings, res: ChaosResult) ->
 def _fault_loop(s: ChaosSettings, rng: random.Random, injector: FaultInjector,
                 pool: WorkerPool, res: ChaosResult,
                 say: Callable[[str], None]) -> list[FaultRecord]:
+    """Faults ``fault_every_s`` apart (start to start), each at least ``QUIET_S`` after the
+    previous one ended, until ``minutes`` have passed or the schedule is done."""
     records: list[FaultRecord] = []
     end_at = time.time() + s.minutes * 60
     queue = list(s.schedule) if s.schedule is not None else None
     while queue is None or queue:
-        wait = rng.uniform(*s.fault_every_s) if records else 0.0
-        if queue is None and time.time() + wait >= end_at:
+        at = time.time()
+        if records:
+            last = records[-1]
+            at = max(last.started + rng.uniform(*s.fault_every_s), last.ended + QUIET_S)
+        if queue is None and at >= end_at:
             break
-        _sleep_sampling(pool, res, wait)
+        _sleep_sampling(pool, res, at - time.time())
         kind = queue.pop(0) if queue is not None else rng.choice(s.kinds)
         say(f"{time.strftime('%H:%M:%S')} fault {len(records) + 1}: {kind.value} ...")
         rec = injector.inject(kind)

@@ -56,7 +56,7 @@ class OutputWatcher:
 
     def __init__(self, bootstrap: str, output: str, status: str, route: str,
                  partitions: int) -> None:
-        conf = {**reader_conf(base_conf(bootstrap)), "fetch.wait.max.ms": 100,
+        conf = {**reader_conf(base_conf(bootstrap)), "fetch.wait.max.ms": 100, "log_level": 0,
                 "isolation.level": "read_committed"}
         self.out = Consumer(conf)
         self.out.assign([TopicPartition(output, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -74,7 +74,8 @@ class OutputWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(30)
+        if self._thread.ident is not None:  # started
+            self._thread.join(30)
         self.out.close()
         self.status.close()
 

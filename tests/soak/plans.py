@@ -57,13 +57,18 @@ class PlanSwitcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(120)
+        if self._thread.ident is not None:  # started
+            self._thread.join(120)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             ahead_of = self.newest() or int(time.time() * 1000)
-            self.plan = next_switch(self.plan, ahead_of + self.lead_ms)
-            self._publish(self.plan)
+            plan = next_switch(self.plan, ahead_of + self.lead_ms)
+            try:
+                self._publish(plan)
+            except RuntimeError:  # in self.errors; the next switch tries again
+                continue
+            self.plan = plan
 
     def _publish(self, plan: CutoverPlan) -> None:
         for _ in range(10):

@@ -103,8 +103,11 @@ class Workload:
     def stop(self, flush_s: float = 120.0) -> None:
         """Stop writing, then end both jobs: a last heartbeat to every partition with a
         watermark past every event written (nothing more will come), and wait for the acks."""
+        if self._stop.is_set():
+            return
         self._stop.set()
-        self._thread.join(60)
+        if self._thread.ident is not None:  # started
+            self._thread.join(60)
         if self.max_t is not None:
             for version, producer in self.producers.items():
                 for p in range(self.partitions):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tests.soak.chaos import ChaosResult, FaultOutcome
 from tests.soak.cluster_faults import WHAT_IT_DOES, FaultKind
+from tests.soak.router_workers import LIVENESS_FAILURE_S
 from tests.soak.rss import RSS_TOLERANCE, rss_flat
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "soak.md"
@@ -126,7 +127,10 @@ def render(r: ChaosResult, kafka: str) -> str:
         f"- route: {s.partitions} partitions, {s.workers} workers with instance ids, "
         f"{s.rate:g} events/s written by each of two versions, a switch every "
         f"{s.switch_every_s:g} s ({r.plans} plans), a fault every "
-        f"{s.fault_every_s[0]:g}-{s.fault_every_s[1]:g} s",
+        f"{s.fault_every_s[0]:g}-{s.fault_every_s[1]:g} s (start to start)",
+        f"- supervision: a worker that exits is started again, and so is one whose `/health` "
+        f"has failed for {LIVENESS_FAILURE_S:g} s (a Kubernetes liveness probe, 10 s x 3); "
+        "each restart is listed under *Notes*",
         "",
         "## Targets",
         "",

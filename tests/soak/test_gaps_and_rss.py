@@ -32,7 +32,7 @@ def test_the_worst_partition_is_the_one_whose_output_lags_its_input_most() -> No
 
 
 def _worker(samples: list[tuple[float, int, float]]) -> Worker:
-    w = Worker("w1", Path("c"), Path("s"), Path("l"))
+    w = Worker("w1", Path("c"), Path("s"), Path("l"), 0)
     w.rss = [RssSample(at, pid, mb) for at, pid, mb in samples]
     return w
 

@@ -9,7 +9,7 @@ JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
 MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:copy-dependencies \
              -DincludeScope=runtime
 
-.PHONY: demo test test-all bench conformance lint clean jvm
+.PHONY: demo test test-all bench conformance soak lint clean jvm
 
 $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
@@ -46,6 +46,12 @@ bench: $(STAMP) $(JVM_STAMP)
 
 conformance: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest -m conformance_full -s tests/conformance
+
+# The chaos soak (tests/soak): faults at random for SOAK_MINUTES on a three-broker cluster with
+# broker defaults, every output record checked; writes docs/soak.md. SOAK_SEED=N replays a run.
+SOAK_MINUTES ?= 30
+soak: $(STAMP) $(JVM_STAMP)
+	SOAK_MINUTES=$(SOAK_MINUTES) $(PY) -m tests.soak
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

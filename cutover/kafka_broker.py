@@ -13,13 +13,25 @@ the authorizer on.
 A node that fails to start raises :class:`BrokerError` with the last lines of its log instead
 of hanging. :meth:`KafkaCluster.kill` and :meth:`KafkaCluster.restart` give the conformance
 grid its "broker killed" failure: ``kill -9`` of one node, and the same node back on the same
-ports and data directory.
+ports and data directory; :meth:`KafkaCluster.freeze` and :meth:`KafkaCluster.thaw` its "broker
+frozen" one (SIGSTOP, SIGCONT). :meth:`KafkaCluster.active_controller` and
+:meth:`KafkaCluster.coordinator` name the node a "controller killed" or "group coordinator
+killed" fault must hit.
+
+Two profiles of broker settings. The test profile (the default) shortens what only makes
+tests slow: no initial rebalance delay, one-second minimum sessions, a killed node noticed in
+~3 s, small internal topics. ``broker_defaults=True`` runs Apache Kafka as a new user would:
+its own defaults everywhere except replication 3 and ``min.insync.replicas`` 2 (the cluster's
+point), listeners and data directories (loopback, per node) and no auto-created topics (every
+test creates its topics, as production should). The fault cells and the chaos soak use it:
+failover times measured under test settings would promise what a real cluster does not do.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -106,6 +118,7 @@ class KafkaCluster:
     size: int = 1
     root: Path | None = None
     security: NodeSecurity | None = None
+    broker_defaults: bool = False
     nodes: list[KafkaNode] = field(default_factory=list)
     cluster_id: str = field(
         default_factory=lambda: base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -121,6 +134,10 @@ class KafkaCluster:
         return min(3, self.size)
 
     def start(self, timeout: float = 90.0) -> KafkaCluster:
+        if self.broker_defaults and self.size < 3:
+            raise BrokerError(
+                f"broker defaults need three nodes or more (the internal topics' default "
+                f"replication is 3); asked for {self.size}: use size=3 or the test profile")
         libs = kafka_libs()
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="cutover-kafka-"))
@@ -146,7 +163,7 @@ class KafkaCluster:
     def _write_config(self, node: KafkaNode) -> None:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         rf, isr = self.replication, 2 if self.size >= 3 else 1
-        props = {
+        props: dict[str, Any] = {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
@@ -160,9 +177,22 @@ class KafkaCluster:
             # Tests create every topic explicitly, as production should: an auto-created topic
             # would hide a missing create step.
             "auto.create.topics.enable": "false",
-            "num.partitions": 1,
             "default.replication.factor": rf,
             "min.insync.replicas": isr,
+        }
+        if not self.broker_defaults:
+            props.update(self._test_settings(rf, isr))
+        if self.security is not None:
+            props.update(self.security.node_properties(node, voters))
+        path = self._node_dir(node) / "server.properties"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    @staticmethod
+    def _test_settings(rf: int, isr: int) -> dict[str, Any]:
+        """What the test profile changes from Apache Kafka's defaults (see the module doc)."""
+        return {
+            "num.partitions": 1,
             "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": 4,
             "transaction.state.log.replication.factor": rf,
@@ -184,11 +214,6 @@ class KafkaCluster:
             "broker.heartbeat.interval.ms": 500,
             "broker.session.timeout.ms": 3000,
         }
-        if self.security is not None:
-            props.update(self.security.node_properties(node, voters))
-        path = self._node_dir(node) / "server.properties"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
     def _java(self, libs: Path, main: str, *args: str, heap: str) -> list[str]:
         assert self.root is not None
@@ -293,6 +318,60 @@ class KafkaCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+    def freeze(self, node_id: int) -> None:
+        """SIGSTOP one node: alive to the kernel (its sockets stay open), silent to everyone."""
+        self._signal(node_id, signal.SIGSTOP)
+
+    def thaw(self, node_id: int) -> None:
+        """SIGCONT a frozen node: it goes on where it stopped."""
+        self._signal(node_id, signal.SIGCONT)
+
+    def _signal(self, node_id: int, sig: signal.Signals) -> None:
+        proc = self.node(node_id).process
+        if proc is None or proc.poll() is not None:
+            raise BrokerError(f"Kafka node {node_id} is not running")
+        os.killpg(proc.pid, sig)
+
+    def active_controller(self) -> int:
+        """The node id of the KRaft quorum's leader (the active controller).
+
+        Each voter writes the leader it knows to ``__cluster_metadata-0/quorum-state`` when
+        an election ends; the newest epoch among the nodes is the current leader. (A broker's
+        DescribeCluster answer names a random broker as "controller" in KRaft mode, so the
+        admin API cannot say.)"""
+        best: tuple[int, int] | None = None
+        for n in self.nodes:
+            path = self._node_dir(n) / "data" / "__cluster_metadata-0" / "quorum-state"
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            leader, epoch = int(state.get("leaderId", -1)), int(state.get("leaderEpoch", -1))
+            if leader >= 0 and (best is None or epoch > best[1]):
+                best = (leader, epoch)
+        if best is None:
+            raise BrokerError("no node of the cluster has recorded a quorum leader yet")
+        return best[0]
+
+    def coordinator(self, group_id: str, timeout: float = 60.0) -> int:
+        """The node id of ``group_id``'s group coordinator (asked again until ``timeout``: a
+        loaded cluster may not answer the first time)."""
+        live = [n for n in self.nodes if n.process is not None]
+        conf = {**self.admin_conf(live[0]), "log_level": 0,
+                "bootstrap.servers": ",".join(self.admin_conf(n)["bootstrap.servers"]
+                                              for n in live)}
+        admin = AdminClient(conf)
+        deadline = time.monotonic() + timeout
+        while True:
+            futures = admin.describe_consumer_groups([group_id], request_timeout=15)
+            try:
+                return int(futures[group_id].result(timeout=20).coordinator.id)
+            except Exception as exc:  # KafkaException or a timeout: ask again
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"the coordinator of group {group_id!r} is unknown: "
+                                      f"{exc!r}") from exc
+                time.sleep(1.0)
 
     def restart(self, node_id: int, timeout: float = 90.0) -> None:
         """Bring a killed node back on its ports and data, and wait until it is registered."""

@@ -16,6 +16,7 @@ from tests.conformance.data import (
     PER_BATCH,
     TOTAL_BATCHES,
 )
+from tests.conformance.fault_cell import FaultCell
 from tests.conformance.runner import CellResult
 from tests.conformance.scenario import DIMENSIONS
 
@@ -46,7 +47,7 @@ def _pins(r: CellResult) -> str:
     return "T" if not moved else "T; " + ", ".join(f"p{p} +{d} ms" for p, d in moved.items())
 
 
-SECTION_ORDER = ("grid:kafka", "grid:external", "grid:tansu", "spark")
+SECTION_ORDER = ("grid:kafka", "grid:external", "grid:tansu", "spark", "faults:kafka")
 
 
 def _mark(key: str) -> str:
@@ -241,3 +242,39 @@ def write_spark(results: list[CellResult], broker: BrokerUnderTest, elapsed_s: f
         ci = " (CI)" if spark_key(r) in ci_ids else ""
         lines.append(_row(f"S{i}{ci}: real Spark `{r.job}`", r))
     _put_section("spark", "\n".join(lines), path)
+
+
+def write_faults(cells: list[FaultCell], kafka: str, seed: int, repeat: int, elapsed_s: float,
+                 path: Path = DOC) -> None:
+    """Replace the fault cells' section (tests/conformance/test_fault_cells.py)."""
+    passed = sum(not c.failures for c in cells)
+    lines = [
+        f"## Fault cells on {kafka} with broker defaults",
+        "",
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- seed: {seed}; every fault {repeat} times, each a fresh route",
+        f"- machine: {_machine()}; load average at the end {os.getloadavg()[0]:.1f}",
+        f"- result: **{passed}/{len(cells)} cells pass**, in {elapsed_s:.0f} s",
+        "",
+        "Each fault of the chaos soak on its own (`tests/conformance/test_fault_cells.py`, "
+        "`tests/soak/`): three nodes with Apache Kafka's defaults except replication 3 and "
+        "min.insync.replicas 2, six partitions, two workers with instance ids, both versions "
+        "writing all along, a switch every 30 s, the fault, 30 s more. A cell passes when the "
+        "output read `read_committed` holds every record exactly once, from the primary of its "
+        "event time and in order at each boundary, and no partition's output stayed silent "
+        "more than 60 s beyond its input. Gaps are seconds: the worst partition's output gap "
+        "against its input gap. *CI*: the default test suite runs the group coordinator's kill "
+        "and the zombie once each.",
+        "",
+        "| fault | run | records | output gap | input gap | result |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in cells:
+        g = c.result.faults[0].gap if c.result.faults else None
+        v = c.result.verdict
+        mark = "pass" if not c.failures else "**FAIL**: " + "; ".join(c.failures)
+        lines.append(" | ".join((
+            f"| {c.kind.value}", str(c.repetition), f"{v.forwarded}/{v.expected}",
+            "-" if g is None else f"{g.output_s:.1f}", "-" if g is None else f"{g.input_s:.1f}",
+            mark.replace("|", "/") + " |")))
+    _put_section("faults:kafka", "\n".join(lines), path)

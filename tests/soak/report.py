@@ -1,0 +1,198 @@
+"""docs/soak.md: the soak's table, written from its results, never by hand.
+
+Targets of a 30-minute run (issue 32): at least 20 faults, 0 lost, 0 duplicated, no output gap
+over the input gap + 10 s, RSS flat (end within 15% of its value after the first fault). A
+target that fails stays in the table, marked FAIL.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from tests.soak.chaos import ChaosResult, FaultOutcome
+from tests.soak.cluster_faults import WHAT_IT_DOES, FaultKind
+from tests.soak.router_workers import LIVENESS_FAILURE_S
+from tests.soak.rss import RSS_TOLERANCE, rss_flat
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "soak.md"
+MIN_FAULTS_PER_30_MIN = 20
+GAP_ALLOWANCE_S = 10.0
+
+
+class Target(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    measured: str
+    passed: bool
+
+
+def targets(r: ChaosResult) -> list[Target]:
+    v = r.verdict
+    want = int(MIN_FAULTS_PER_30_MIN * r.settings.minutes / 30)
+    worst = max(r.faults, key=lambda f: f.gap.excess_s, default=None)
+    flat = rss_flat(r.rss)
+    judged = [x for x in r.rss if x.judged]
+    return [
+        Target(name=f"≥ {want} faults ({MIN_FAULTS_PER_30_MIN} per 30 min)",
+               measured=str(len(r.faults)), passed=len(r.faults) >= want),
+        Target(name="0 lost", measured=str(v.lost), passed=v.lost == 0),
+        Target(name="0 duplicated", measured=str(v.duplicated), passed=v.duplicated == 0),
+        Target(name="every record from the primary of its event time, in order at each "
+                    "boundary",
+               measured=f"{v.wrong_version} wrong version, {v.order_violations} out of order, "
+                        f"{v.unexpected} unexpected",
+               passed=not (v.wrong_version or v.order_violations or v.unexpected)),
+        Target(name=f"no output gap over the input gap + {GAP_ALLOWANCE_S:g} s",
+               measured="no fault" if worst is None else
+               f"worst +{worst.gap.excess_s:.1f} s ({worst.fault.kind.value})",
+               passed=worst is not None and worst.gap.excess_s <= GAP_ALLOWANCE_S),
+        Target(name=f"RSS flat (end within {RSS_TOLERANCE:.0%} of after the first fault)",
+               measured="no process lived long enough to judge" if flat is None else
+               ", ".join(f"{x.instance_id} {x.reference_mb} → {x.end_mb} MB" for x in judged),
+               passed=bool(flat)),
+    ]
+
+
+def passed(r: ChaosResult) -> bool:
+    return all(t.passed for t in targets(r))
+
+
+def _commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=DOC.parent).stdout.strip()
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + (" (with uncommitted changes)" if git("status", "--porcelain") else "")
+
+
+def _machine() -> str:
+    load = os.getloadavg()
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+            f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
+            "(1 / 5 / 15 min)")
+
+
+def _by_kind(r: ChaosResult) -> list[str]:
+    rows = ["| fault | count | largest output gap (s) | input gap there (s) | "
+            "worst excess (s) | within input + 10 s |", "|---|---:|---:|---:|---:|---|"]
+    for kind in FaultKind:
+        mine = [f for f in r.faults if f.fault.kind is kind]
+        if not mine:
+            rows.append(f"| {kind.value} | 0 | - | - | - | not hit |")
+            continue
+        big = max(mine, key=lambda f: f.gap.output_s)
+        worst = max(f.gap.excess_s for f in mine)
+        rows.append(f"| {kind.value} | {len(mine)} | {big.gap.output_s:.1f} | "
+                    f"{big.gap.input_s:.1f} | {worst:+.1f} | "
+                    f"{'PASS' if worst <= GAP_ALLOWANCE_S else 'FAIL'} |")
+    return rows
+
+
+def _fault_log(r: ChaosResult) -> list[str]:
+    rows = ["| # | at (s) | fault | target | lasted (s) | worst partition | output gap (s) | "
+            "input gap (s) | notes |", "|---:|---:|---|---|---:|---:|---:|---:|---|"]
+    for i, f in enumerate(r.faults, 1):
+        rows.append(f"| {i} | {f.fault.started - r.started:.0f} | {f.fault.kind.value} | "
+                    f"{f.fault.target} | {f.fault.ended - f.fault.started:.0f} | "
+                    f"{f.gap.partition} | {f.gap.output_s:.1f} | {f.gap.input_s:.1f} | "
+                    f"{'; '.join(f.fault.notes) or ''} |")
+    return rows
+
+
+def render(r: ChaosResult, kafka: str) -> str:
+    s, v = r.settings, r.verdict
+    ts = targets(r)
+    when = datetime.fromtimestamp(r.started, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        "# Chaos soak",
+        "",
+        "Generated by `make soak` (`python -m tests.soak`); do not edit by hand. What it runs "
+        "and how it measures: `tests/soak/` (each module's docstring says its part).",
+        "",
+        f"- commit: {_commit()}",
+        f"- date: {when}",
+        f"- machine: {_machine()}",
+        f"- broker: {kafka}, three nodes, broker defaults except replication 3 and "
+        "min.insync.replicas 2",
+        f"- duration: faults for {s.minutes:g} min; whole run {r.duration_s / 60:.1f} min",
+        f"- seed: {s.seed} (`make soak SOAK_SEED={s.seed}` replays the same faults)",
+        f"- route: {s.partitions} partitions, {s.workers} workers with instance ids, "
+        f"{s.rate:g} events/s written by each of two versions, a switch every "
+        f"{s.switch_every_s:g} s ({r.plans} plans), a fault every "
+        f"{s.fault_every_s[0]:g}-{s.fault_every_s[1]:g} s (start to start)",
+        f"- supervision: a worker that exits is started again, and so is one whose `/health` "
+        f"has failed for {LIVENESS_FAILURE_S:g} s (a Kubernetes liveness probe, 10 s x 3); "
+        "each restart is listed under *Notes*",
+        "",
+        "## Targets",
+        "",
+        "| target | measured | result |",
+        "|---|---|---|",
+        *(f"| {t.name} | {t.measured} | {'PASS' if t.passed else '**FAIL**'} |" for t in ts),
+        "",
+        f"**{'PASS' if all(t.passed for t in ts) else 'FAIL'}**",
+        "",
+        "## Faults by kind",
+        "",
+        "Output gap: the longest time a partition's output went without a record (read "
+        "`read_committed`) between the fault's start and the next fault's; input gap: the same "
+        "for the broker's acknowledgements of that partition's input (the producers' own pause "
+        "while leaders move). Per fault the partition whose output gap exceeds its input gap "
+        "the most counts.",
+        "",
+        *_by_kind(r),
+        "",
+        "What each fault does:",
+        "",
+        *(f"- *{k.value}*: {WHAT_IT_DOES[k]}." for k in FaultKind),
+        "",
+        "## Records",
+        "",
+        "| events | expected on the output | forwarded | lost | duplicated | wrong version | "
+        "out of order | unexpected |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {r.events} | {v.expected} | {v.forwarded} | {v.lost} | {v.duplicated} | "
+        f"{v.wrong_version} | {v.order_violations} | {v.unexpected} |",
+        "",
+        *([f"Pinned boundaries: {'; '.join(v.pinned)}.", ""] if v.pinned else []),
+        *([f"Lost, first identities: {v.lost_samples}.", ""] if v.lost_samples else []),
+        "## Worker memory (RSS, MB)",
+        "",
+        "| worker | pid | start | after the first fault | end | judged over (s) | result |",
+        "|---|---:|---:|---:|---:|---:|---|",
+        *(f"| {x.instance_id} | {x.pid} | {x.start_mb} | {x.reference_mb or '-'} | {x.end_mb} | "
+          f"{x.span_s:.0f} | {_rss_mark(x.judged, x.flat)} |" for x in r.rss),
+        "",
+        "## Every fault",
+        "",
+        *_fault_log(r),
+        "",
+    ]
+    if r.notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in r.notes), ""]
+    return "\n".join(lines)
+
+
+def _rss_mark(judged: bool, flat: bool) -> str:
+    if not judged:
+        return "not judged (too short)"
+    return "PASS" if flat else "**FAIL**"
+
+
+def write(r: ChaosResult, kafka: str, path: Path = DOC,
+          say: Callable[[str], None] = print) -> None:
+    path.write_text(render(r, kafka))
+    say(f"wrote {path}")
+
+
+def summary_line(f: FaultOutcome) -> str:
+    return (f"{f.fault.kind.value}: output gap {f.gap.output_s:.1f} s on p{f.gap.partition} "
+            f"(input {f.gap.input_s:.1f} s)")

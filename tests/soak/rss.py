@@ -1,0 +1,61 @@
+"""Worker memory over the run: is it flat?
+
+Per worker process: its resident memory at its first sample (start), at its reference point
+(the first sample once the first fault is over and the process has run a minute: start-up
+caches filled), and at its last sample (end). A process is judged when at least ``min_span_s``
+separate its reference and its end; the target holds when every judged process ends within
+15% of its reference, and some process was judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from tests.soak.router_workers import RssSample, Worker
+
+RSS_TOLERANCE = 0.15
+WARM_S = 60.0
+
+
+class WorkerRss(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance_id: str
+    pid: int
+    start_mb: float
+    reference_mb: float | None
+    end_mb: float
+    span_s: float           # from the reference sample to the last one
+    judged: bool
+
+    @property
+    def flat(self) -> bool:
+        return self.reference_mb is not None and \
+            abs(self.end_mb - self.reference_mb) <= RSS_TOLERANCE * self.reference_mb
+
+
+def rss_summary(workers: Iterable[Worker], first_fault_end: float,
+                min_span_s: float) -> list[WorkerRss]:
+    out: list[WorkerRss] = []
+    for w in workers:
+        by_pid: dict[int, list[RssSample]] = {}
+        for sample in w.rss:
+            by_pid.setdefault(sample.pid, []).append(sample)
+        for pid, samples in by_pid.items():
+            first, last = samples[0], samples[-1]
+            ref = next((x for x in samples
+                        if x.at >= max(first_fault_end, first.at + WARM_S)), None)
+            span = last.at - ref.at if ref is not None else 0.0
+            out.append(WorkerRss(instance_id=w.instance_id, pid=pid, start_mb=first.rss_mb,
+                                 reference_mb=ref.rss_mb if ref is not None else None,
+                                 end_mb=last.rss_mb, span_s=round(span, 1),
+                                 judged=ref is not None and span >= min_span_s))
+    return out
+
+
+def rss_flat(rows: list[WorkerRss]) -> bool | None:
+    """True/False when some process was judged; None when none lived long enough."""
+    judged = [r for r in rows if r.judged]
+    return all(r.flat for r in judged) if judged else None

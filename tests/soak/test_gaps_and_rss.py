@@ -1,0 +1,53 @@
+"""What the soak measures: gaps in a fault's window, and whether worker memory stayed flat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.soak.gaps import largest_gap, worst_partition
+from tests.soak.router_workers import RssSample, Worker
+from tests.soak.rss import rss_flat, rss_summary
+
+
+def test_a_gap_is_the_longest_silence_inside_the_window() -> None:
+    times = [0.0, 1.0, 2.0, 9.0, 10.0, 30.0]
+    assert largest_gap(times, 1.5, 20.0) == 10.0   # 10 -> 20: silent to the window's end
+    assert largest_gap(times, 1.5, 10.0) == 7.0    # 2 -> 9
+    assert largest_gap(times, 0.0, 2.0) == 1.0
+    assert largest_gap([], 5.0, 8.0) == 3.0        # nothing at all: the whole window
+
+
+def test_a_silence_that_began_before_the_fault_counts_whole() -> None:
+    assert largest_gap([0.0, 12.0], 5.0, 12.0) == 12.0
+
+
+def test_the_worst_partition_is_the_one_whose_output_lags_its_input_most() -> None:
+    output = {0: [0.0, 20.0, 21.0], 1: [0.0, 16.0, 21.0]}
+    blue = {0: [0.0, 18.0, 21.0], 1: [0.0, 3.0, 16.0, 21.0]}
+    green = {0: [0.0, 1.0, 21.0], 1: [0.0, 1.0, 16.0, 21.0]}
+    g = worst_partition(output, [blue, green], 0.0, 21.0)
+    assert (g.partition, g.output_s, g.input_s) == (1, 16.0, 15.0)  # green's 15 s on p1
+    g = worst_partition(output, [blue], 0.0, 21.0)
+    assert (g.partition, g.excess_s) == (1, 3.0)
+
+
+def _worker(samples: list[tuple[float, int, float]]) -> Worker:
+    w = Worker("w1", Path("c"), Path("s"), Path("l"), 0)
+    w.rss = [RssSample(at, pid, mb) for at, pid, mb in samples]
+    return w
+
+
+def test_memory_is_judged_from_after_the_first_fault_to_the_end() -> None:
+    flat = _worker([(0, 1, 100.0), (100, 1, 200.0), (700, 1, 220.0)])
+    rows = rss_summary([flat], first_fault_end=90, min_span_s=300)
+    assert [(r.start_mb, r.reference_mb, r.end_mb, r.judged, r.flat) for r in rows] == \
+        [(100.0, 200.0, 220.0, True, True)]
+    growing = _worker([(0, 1, 100.0), (100, 1, 200.0), (700, 1, 240.0)])
+    assert rss_flat(rss_summary([growing], 90, 300)) is False
+
+
+def test_a_process_restarted_late_is_listed_but_not_judged() -> None:
+    w = _worker([(0, 1, 100.0), (100, 1, 200.0), (700, 2, 50.0), (800, 2, 90.0)])
+    rows = rss_summary([w], 90, 300)
+    assert [(r.pid, r.judged) for r in rows] == [(1, False), (2, False)]
+    assert rss_flat(rows) is None

@@ -11,14 +11,17 @@ waits for its output and checks where it landed, commits, and flushes its store 
 committed. Ownership is checked before either write.
 
 With transactions that work is left in flight while the worker consumes the next batch
-(:meth:`BatchEnd.complete` issues it, :meth:`BatchEnd.finish` waits for it and settles the
-batch before any record of the next one is decided): consuming changes nothing the durability
-argument rests on, and the delivery wait and the commit are round trips (measured together
-20-35 ms a batch on one broker) that the worker otherwise sat out. The rebalance callbacks
-wait for the commits first (:meth:`BatchEnd.wait`), so no partition changes hands
-mid-commit; a partition whose commit failed (or whose output did not land where it should)
-is taken over again after the consume, and the records consumed for it are dropped
-(:class:`Stale`): they are read again from its checkpoint.
+(:meth:`BatchEnd.complete` issues it, :meth:`BatchEnd.settle` settles it before any record of
+the next one is decided): consuming changes nothing the durability argument rests on, and the
+delivery wait and the commit are round trips that the worker otherwise sat out. Settling is
+per partition: a partition whose commit is still in flight after ``SETTLE_WAIT_S`` (its
+transaction coordinator or its output's leader is slow, frozen or gone) stays in flight, and
+the data path sets it aside (router.datapath: its records are read again once it settles)
+while the other partitions go on. The rebalance callbacks wait for every commit first
+(:meth:`BatchEnd.wait`), so no partition changes hands mid-commit; a partition whose commit
+failed (or whose output did not land where it should) is taken over again after the consume,
+and the records consumed for it are dropped (:class:`Stale`): they are read again from its
+checkpoint.
 
 Each batch costs its partitions a transaction each, whatever its size: the delivery wait and
 the commit round trips (15-30 ms and 5-7 ms a partition here) and the broker's work for them.
@@ -36,11 +39,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from router.checkpoint import Checkpoint, write_checkpoints
+from router.errors import BatchAborted, OutputWriteFailed, ProducerFenced, RouterError
 from router.failpoints import fire, pause_at
 from router.output_writer import OutputWriter, Sent
 from router.ownership import PollClock, check_ownership
@@ -50,13 +56,17 @@ from router.transactions import (
     Failed,
     PartitionKey,
     PartitionTransactions,
-    wait_commits,
     write_batch,
 )
 
 log = logging.getLogger("cutover.router")
 
 PURGE_EVERY_S = 30
+# How long the data path waits, after a consume, for the last batch's commits before it sets
+# the partitions whose commit is still in flight aside (router.datapath: their records are read
+# again once it settles) and goes on with the others. A commit takes milliseconds; one that
+# takes longer waits on a broker that is slow, frozen or gone.
+SETTLE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -89,14 +99,14 @@ NOTHING_STALE = Stale()
 
 
 @dataclass
-class Ended:
-    """A batch written and not settled yet: its commits in flight (``commits``), or what
-    they left (``failed``: the partitions that did not commit; None without transactions)."""
+class InFlight:
+    """One partition's share of a batch written and not settled yet: its commit in flight
+    (``commit``; None without transactions, where the batch is settled at once)."""
 
-    dirty: list[Owned]                           # partitions whose checkpoint the batch wrote
-    offsets: dict[PartitionKey, dict[str, int]]  # their resume offsets
-    commits: Commits | None = None
-    failed: Failed | None = None
+    owned: Owned
+    offsets: dict[str, int]      # its resume offsets, committed to the group once settled
+    commit: Future[RouterError | None] | None
+    written: bool                # the batch wrote its output partition
 
 
 @dataclass
@@ -116,13 +126,17 @@ class BatchEnd:
     consumer: Callable[[], Consumer]
     recover: Callable[[Failed], Stale]
     _last_purge: float = field(default_factory=time.monotonic)
-    _ended: Ended | None = None   # the last batch, to settle before the next is decided
+    # Partitions of batches written and not settled yet: no later batch writes them, and the
+    # data path decides none of their records, until they are (:meth:`settle`).
+    in_flight: dict[PartitionKey, InFlight] = field(default_factory=dict)
 
     def complete(self) -> bool:
-        """Make the batch durable; True if it had output to write."""
+        """Make the batch durable; True if it had output to write. Partitions whose last
+        commit is still in flight are not part of it (nothing of theirs was decided)."""
         writer = self.writer
         checked = writer.end_streams()
-        dirty = [o for o in self.owned.values() if o.durability.dirty]
+        dirty = [o for k, o in self.owned.items()
+                 if o.durability.dirty and k not in self.in_flight]
         if not dirty and not writer.queue:
             return False
         pending_out = len(writer.queue)
@@ -137,62 +151,92 @@ class BatchEnd:
                 rebuild_from=at.rebuild_from, worker=self.worker_id, owner_gen=at.owner_gen))
         self.check_ownership()
         offsets = {(c.route, c.partition): c.offsets for c in ckpts}
+        by_key = {(o.route.settings.name, o.partition): o for o in dirty}
         if self.txn is not None:
-            got = write_batch(self.txn, self.ckpt_topic, ckpts, self._transaction_keys(),
+            keys = self._transaction_keys()
+            got = write_batch(self.txn, self.ckpt_topic, ckpts, keys,
                               bool(writer.queue), lambda: self._send(self.txn, checked),
                               max(self.clock.left(0.9), 1.0), self.flush_store)
             writer.queue.clear()
-            if isinstance(got, Commits):  # settled by finish(), after the next consume
-                self._ended = Ended(dirty, offsets, commits=got)
+            if isinstance(got, Commits):  # settled after the next consume (:meth:`settle`)
+                written = {(o.route.settings.name, o.partition) for o in got.written}
+                for key, commit in zip(got.order, got.futures, strict=True):
+                    self.in_flight[key] = InFlight(self.owned[key], offsets.get(key, {}),
+                                                   commit, key in written)
             else:
-                self._ended = Ended(dirty, offsets, failed=got)
-                self.finish()
+                self._settle({k: InFlight(self.owned[k], offsets.get(k, {}), None, False)
+                              for k in keys}, got)
         else:
             self._write_checkpoint_first(ckpts)
-            self._ended = Ended(dirty, offsets)
-            self.finish()
+            self._settle({k: InFlight(o, offsets[k], None, False) for k, o in by_key.items()},
+                         Failed(set(), set()))
         return pending_out > 0
 
+    def unsettled(self) -> set[PartitionKey]:
+        """Partitions whose last commit is still in flight."""
+        return set(self.in_flight)
+
+    def settled_parts(self) -> list[Owned]:
+        """The owned partitions whose last commit is settled: the only ones a batch may
+        touch (an unsettled one's bookkeeping belongs to its commit thread)."""
+        return [o for k, o in self.owned.items() if k not in self.in_flight]
+
     def wait(self) -> None:
-        """Wait for the last batch's commits (if in flight); what they left to do is done by
-        :meth:`finish`. Called before the group gives or takes partitions (in the rebalance
-        callbacks, where a partition cannot be taken over again or the group rejoined), so
-        that no partition changes hands mid-commit."""
-        ended = self._ended
-        if ended is not None and ended.commits is not None:
-            ended.failed, ended.commits = wait_commits(ended.commits), None
+        """Wait for every commit in flight; :meth:`settle` then settles them. Called before the
+        group gives or takes partitions (in the rebalance callbacks, where a partition cannot
+        be taken over again or the group rejoined), so that no partition changes hands
+        mid-commit."""
+        wait_futures([f.commit for f in self.in_flight.values() if f.commit is not None])
 
     def abandon(self) -> None:
-        """Wait for the last batch's commits and forget it (the worker is rebuilding its
-        clients or stopping: partitions are resumed from their checkpoints, so what the batch
-        left undone is done again by their next owner)."""
-        ended, self._ended = self._ended, None
-        if ended is not None and ended.commits is not None:
-            try:
-                wait_commits(ended.commits)
-            except Exception as exc:  # a commit thread's own failure: the batch is replayed
-                log.warning("the last batch's commits: %s", exc)
+        """Wait for the commits in flight and forget them (the worker is rebuilding its
+        clients: partitions are resumed from their checkpoints, so what a batch left undone is
+        done again by their next owner)."""
+        self.wait()
+        self.in_flight.clear()
 
-    def finish(self) -> Stale:
-        """Settle the last batch before anything of the next one is decided: wait for its
-        commits, take aborted partitions over again (or rejoin, if fenced), mark what was
+    def settle(self, wait_s: float = SETTLE_WAIT_S) -> Stale:
+        """Settle the partitions whose commits are done, waiting at most ``wait_s`` for the
+        others (which stay in flight: :meth:`unsettled`): take aborted partitions over again
+        (or rejoin, if fenced: :class:`router.errors.ProducerFenced` is raised), mark what was
         delivered, commit the resume offsets to the group, purge old identities now and then.
         Returns the records the next batch must not decide (consumed before a partition was
         taken over again: read again from its checkpoint)."""
-        self.wait()
-        ended, self._ended = self._ended, None
-        if ended is None:
-            return NOTHING_STALE
-        stale = NOTHING_STALE if ended.failed is None else self.recover(ended.failed)
-        dirty = [o for o in ended.dirty  # given up since, or taken over again (aborted)
-                 if self.owned.get((o.route.settings.name, o.partition)) is o]
+        pending = [f.commit for f in self.in_flight.values() if f.commit is not None]
+        if pending:
+            wait_futures(pending, timeout=wait_s)
+        done = {k: f for k, f in self.in_flight.items()
+                if f.commit is None or f.commit.done()}
+        for key in done:
+            del self.in_flight[key]
+        failed = Failed(set(), set())
+        for key, f in done.items():
+            error = None if f.commit is None else f.commit.result()
+            if isinstance(error, BatchAborted):
+                log.warning("%s", error)
+                failed.aborted.add(key)
+            elif isinstance(error, ProducerFenced):
+                log.error("%s", error)
+                failed.fenced.add(key)
+            elif f.written:
+                f.owned.durability.committed()
+        return self._settle(done, failed)
+
+    def _settle(self, done: dict[PartitionKey, InFlight], failed: Failed) -> Stale:
+        # A partition given up since (a rebalance moved it, or the worker rejoined) is no
+        # longer this worker's to replay: only those still owned are taken over again.
+        mine = {k for k, f in done.items() if self.owned.get(k) is f.owned}
+        failed = Failed(failed.aborted & mine, failed.fenced)
+        stale = self.recover(failed) if failed.aborted or failed.fenced else NOTHING_STALE
         commits: list[TopicPartition] = []
-        for owned in dirty:
+        for key, f in done.items():
+            owned = f.owned
+            if key in failed.aborted or self.owned.get(key) is not owned:
+                continue  # taken over again (aborted), or given up since
             if self.txn is None:  # with transactions: flushed once committed (write_batch)
-                self.flush_store((owned.route.settings.name, owned.partition))
+                self.flush_store(key)
             owned.durability.batch_done()
-            commits.extend(TopicPartition(t, owned.partition, o) for t, o in
-                           ended.offsets[(owned.route.settings.name, owned.partition)].items())
+            commits.extend(TopicPartition(t, owned.partition, o) for t, o in f.offsets.items())
         if commits:
             try:
                 self.consumer().commit(offsets=commits, asynchronous=True)
@@ -206,7 +250,7 @@ class BatchEnd:
         """Make the partition's dedup store durable up to this batch: the identities of its
         delivered records and the checkpoint's seq. With transactions this runs in the
         partition's commit thread, after its commit (every commit is waited for before the next
-        batch's records are decided: :meth:`finish`)."""
+        batch's records are decided: :meth:`settle`)."""
         owned = self.owned[key]
         owned.store.put_meta("seq", str(owned.durability.seq).encode())
         owned.store.flush()
@@ -225,7 +269,8 @@ class BatchEnd:
         output: scanning the queue cost a tuple and a lookup per forwarded record (~30 ms
         per 100,000)."""
         return {key for key, o in self.owned.items()
-                if o.durability.dirty or o.durability.undelivered}
+                if (o.durability.dirty or o.durability.undelivered)
+                and key not in self.in_flight}
 
     def _write_checkpoint_first(self, ckpts: list[Checkpoint]) -> None:
         """Without transactions: the checkpoint is durable before any output of the batch."""
@@ -251,9 +296,14 @@ class BatchEnd:
         saves the batch a ListOffsets round trip on the data path's thread (5-10 ms on the
         test broker; docs/performance.md)."""
         self.check_ownership()  # again, as late as possible before writing
+        parts = self.settled_parts()
         if not checked:
-            self.writer.fence_foreign_writes(self.owned.values())
-        sent = self.writer.send(self.owned.values(), None if txn is None else txn.producer_of)
+            unanswered = self.writer.fence_foreign_writes(parts)
+            if unanswered:
+                raise OutputWriteFailed(
+                    f"the end of the output of partitions {sorted(unanswered)} could not be "
+                    "read; refusing to write it unchecked")
+        sent = self.writer.send(parts, None if txn is None else txn.producer_of)
         if txn is None:
             self.writer.settle(sent, lambda: self.clock.left(0.9))
         self.check_ownership(after_write=True)

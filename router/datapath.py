@@ -46,6 +46,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -63,6 +64,7 @@ from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
 from router.errors import (
     ConsumerFailed,
+    OutputWriteFailed,
     ProducerFenced,
     RouterConfigError,
     RouterError,
@@ -86,6 +88,7 @@ from router.status_publisher import PartitionView, StatusBoard
 from router.topics import check_routes, ensure_checkpoint_topic
 from router.transactions import (
     Failed,
+    PartitionKey,
     PartitionTransactions,
     transactions_on,
 )
@@ -94,6 +97,9 @@ from router.watchdog import Progress, Watchdog
 log = logging.getLogger("cutover.router")
 
 POLL_S = 0.05
+# How long a partition whose output end was not answered stays set aside before it is asked
+# again.
+ENDS_RETRY_S = 0.5
 # How long a rebuild waits for the old data consumer to close before it goes on without it.
 CLOSE_WAIT_S = 5.0
 
@@ -128,6 +134,11 @@ class DataPath:
         # fenced after the group coordinator moved: the next step rebuilds it.
         self._consumer_fatal: KafkaError | None = None
         self._took_over = False
+        # Partitions set aside in this step, those whose output end is asked again at a time,
+        # and the raw partitions paused for them (:meth:`_set_aside`).
+        self._aside: set[PartitionKey] = set()
+        self._ends_retry: dict[PartitionKey, float] = {}
+        self._paused: set[tuple[str, int]] = set()
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
@@ -228,6 +239,14 @@ class DataPath:
             log.warning("consumer: %s", err.str())
 
     def _note_takeover(self) -> None:
+        """After the group assigned partitions: the new assignment starts unpaused (resumed
+        here in case the client kept a pause), and recovering counts as progress."""
+        if self._paused and self._consumer is not None:
+            assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+            again = [TopicPartition(t, p) for t, p in sorted(self._paused & assigned)]
+            if again:
+                self._consumer.resume(again)
+        self._paused = set()
         self._took_over = True
         self.progress.idle()  # recovering, not idle: the stall clock starts again
 
@@ -255,6 +274,7 @@ class DataPath:
         self._parts.drop_all(discard=True)
         self._writer.reset()
         self._consumer_fatal = None
+        self._paused, self._aside, self._ends_retry = set(), set(), {}
         if old is not None:
             _close_in_background(old)
         if delay and self.stop_event.wait(delay):
@@ -313,17 +333,20 @@ class DataPath:
         progressed = bool(msgs) or self._took_over
         with batch_gc_pause():
             assert self._end is not None
-            stale = self._end.finish()  # the last batch's commits ran during the consume
+            stale = self._end.settle()  # the last batch's commits ran during the consume
             if stale:
                 self._count_reread(stale.dropped(msgs))
                 fresh = stale.fresh(msgs)
                 log.warning("%d consumed records dropped: read again from the checkpoints of "
                             "partitions taken over again", len(msgs) - len(fresh))
                 msgs = fresh
+            msgs = self._set_aside(msgs)
+            if msgs and self._txn is not None:
+                msgs = self._check_output_ends(msgs)
             if msgs:
                 self._handle(msgs)
-            for owned in self.owned.values():
-                if owned.bound.pending:
+            for key, owned in self.owned.items():
+                if owned.bound.pending and key not in self._aside:
                     self._apply_pending(owned)
             for event in self._control.poll():
                 self.board.control_event(event)
@@ -338,6 +361,72 @@ class DataPath:
             self._rebuilds.progressed()
         elif self.progress.check_due():
             self._judge_stall()
+
+    # -- partitions set aside -----------------------------------------------------------------
+
+    def _set_aside(self, msgs: list[Message]) -> list[Message]:
+        """Per partition, not per worker: a partition whose last commit is still in flight
+        (router.batch_end.BatchEnd.settle), or whose output end its leader did not give
+        (:meth:`_check_output_ends`), is set aside while the others go on. Its consumed
+        records are not decided now: it is paused, and read again from the first of them once
+        it is clear; plans reach it then too (:meth:`_apply_everywhere`). So a slow, frozen or
+        dead broker holds only the partitions whose requests go to it."""
+        assert self._end is not None and self._parts is not None
+        now = time.monotonic()
+        self._ends_retry = {k: at for k, at in self._ends_retry.items()
+                            if at > now and k in self.owned}
+        aside = (self._end.unsettled() | set(self._ends_retry)) & set(self.owned)
+        if aside - self._aside:
+            log.info("partitions %s set aside (a commit in flight, or the output's end not "
+                     "answered); the others go on", sorted(aside - self._aside))
+        self._aside = aside
+        self._pause_only(aside)
+        if not self._aside or not msgs:
+            return msgs
+        by_tp, aside = self._parts.by_tp, self._aside
+        keep: list[Message] = []
+        first: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            if m.error() is None:
+                owned = by_tp.get((m.topic(), m.partition()))
+                if owned is not None and (owned.route.settings.name, owned.partition) in aside:
+                    first.setdefault((m.topic(), m.partition()), m.offset())
+                    continue
+            keep.append(m)
+        assert self._consumer is not None
+        for (topic, p), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, p, offset))
+        return keep
+
+    def _pause_only(self, keys: set[PartitionKey]) -> None:
+        """Pause the raw partitions of ``keys``; resume those paused before and not now."""
+        assert self._consumer is not None
+        want = {(t, p) for r, p in keys for t in self.routes[r].settings.inputs}
+        pause, resume = want - self._paused, self._paused - want
+        if pause:
+            self._consumer.pause([TopicPartition(t, p) for t, p in sorted(pause)])
+        if resume:
+            self._consumer.resume([TopicPartition(t, p) for t, p in sorted(resume)])
+        self._paused = want
+
+    def _check_output_ends(self, msgs: list[Message]) -> list[Message]:
+        """Before a batch's first record is decided (with transactions, where forwards are
+        produced as decided): ownership, and the end of every owned output partition not set
+        aside, in one request (another writer's records there are taken in first:
+        router.output_writer). A partition whose end is not answered is set aside for
+        ``ENDS_RETRY_S``, and asked again then, of its new leader if Kafka has elected one."""
+        assert self._end is not None and self._writer is not None
+        self._end.check_ownership()
+        parts = [o for k, o in self.owned.items() if k not in self._aside]
+        unanswered = self._writer.fence_foreign_writes(parts, every=True)
+        if not unanswered:
+            return msgs
+        log.warning("partitions %s: the output's end was not answered within %.1fs; set aside "
+                    "and asked again in %.1fs, the other partitions go on",
+                    sorted(unanswered), self.settings.request_timeout_s, ENDS_RETRY_S)
+        retry_at = time.monotonic() + ENDS_RETRY_S
+        self._ends_retry.update(dict.fromkeys(unanswered, retry_at))
+        return self._set_aside(msgs)
 
     def _judge_stall(self) -> None:
         """No progress for ``stall_after_s``: a stall if input waits on a partition this
@@ -448,10 +537,8 @@ class DataPath:
         stream = writer.streams.get((owned.route.settings.output, owned.partition))
         if stream is None:
             try:
-                if not writer.checked_every:  # once a batch, every owned partition at once
-                    assert self._end is not None
-                    self._end.check_ownership()
-                    writer.fence_foreign_writes(self.owned.values(), every=True)
+                if not writer.checked_every:  # checked before the batch's first record
+                    raise OutputWriteFailed("the output's end was not checked in this batch")
                 txn.begin([key])
                 stream = writer.open_stream(owned, txn.producers[key])
             except (KafkaException, RouterError) as exc:
@@ -494,10 +581,12 @@ class DataPath:
             log.warning("consumer: %s", err.str())
 
     def _apply_everywhere(self, plan: CutoverPlan) -> None:
-        for owned in self.owned.values():
+        for key, owned in self.owned.items():
             if owned.route.settings.name != plan.route:
                 continue
-            if owned.bound.topics and owned.bound.rewinding(owned.durability.next_offsets):
+            if key in self._aside:
+                owned.bound.pending.append(plan)  # applied once the partition is clear
+            elif owned.bound.topics and owned.bound.rewinding(owned.durability.next_offsets):
                 owned.bound.pending.append(plan)  # applied once read again (router.held_bound)
             else:
                 self._apply(owned, plan)

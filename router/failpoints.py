@@ -13,6 +13,8 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
 * ``txn-commit-fails``: the first commit takes half a second and then fails as one that
   needs an abort (it is aborted, and the partition replayed), while the worker consumes the
   next batch;
+* ``txn-commit-stalls``: the first commit waits ten seconds before it is sent (a transaction
+  coordinator that does not answer), then commits;
 * ``exit-after-commit``: exit at once after a partition's batch with output records
   committed and its store was flushed (in its commit thread), before any later checkpoint;
 * ``pause-before-commit``: the worker stops itself (SIGSTOP) after its batch is delivered and

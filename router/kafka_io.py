@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from confluent_kafka import (
@@ -244,6 +245,35 @@ def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 
         return ends
 
     return _ask_while_leaders_move(consumer, ask, lambda: todo, timeout)
+
+
+def end_offsets_each(consumer: Consumer, tps: list[TopicPartition], attempt_s: float = ATTEMPT_S
+                     ) -> tuple[dict[tuple[str, int], int], list[TopicPartition]]:
+    """The ends of ``tps`` that their leaders give within ``attempt_s``, and the partitions
+    whose leader did not answer. Asked together first (one ListOffsets per leader); if that
+    fails, each partition on its own, in parallel, so that a dead or frozen leader holds back
+    only its own partitions. The client's metadata of the topics left unanswered is refreshed,
+    so that the next ask goes to their new leaders once Kafka has elected them."""
+    if not tps:
+        return {}, []
+    with contextlib.suppress(KafkaException):
+        return end_offsets(consumer, tps, timeout=attempt_s, attempt_s=attempt_s), []
+
+    def one(tp: TopicPartition) -> dict[tuple[str, int], int]:
+        try:
+            return end_offsets(consumer, [tp], timeout=attempt_s, attempt_s=attempt_s)
+        except KafkaException:
+            return {}
+
+    ends: dict[tuple[str, int], int] = {}
+    with ThreadPoolExecutor(min(len(tps), 8), thread_name_prefix="cutover-ends") as pool:
+        for got in pool.map(one, tps):
+            ends.update(got)
+    unanswered = [tp for tp in tps if (tp.topic, tp.partition) not in ends]
+    for topic in sorted({tp.topic for tp in unanswered}):
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(topic, timeout=attempt_s)
+    return ends, unanswered
 
 
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:

@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cutover.headers import ERROR, SRC
 from router.durability import Durability, Headers, Ref
 from router.errors import OutputWriteFailed
 from router.inline_output import InlineStream
-from router.kafka_io import ATTEMPT_S, end_offsets, read_to_end
+from router.kafka_io import ATTEMPT_S, end_offsets_each, read_to_end
 from router.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 from router.partition import Owned
 from router.readback import Identities, ReadBack, note
@@ -211,7 +211,8 @@ class OutputWriter:
 
     # -- fencing ------------------------------------------------------------------------------
 
-    def fence_foreign_writes(self, parts: Iterable[Owned], every: bool = False) -> None:
+    def fence_foreign_writes(self, parts: Iterable[Owned], every: bool = False
+                             ) -> set[tuple[str, int]]:
         """Before producing, look for output records this worker did not write.
 
         ListOffsets(LATEST) above the end this worker knows means someone else wrote (true on
@@ -219,22 +220,23 @@ class OutputWriter:
         real end, and above our known end only if a batch started there). One ListOffsets
         request for every output partition with queued records (``every``: for each of
         ``parts``, as a partition's output starts being produced as decided), per batch.
+        Returns the partitions (route, partition) whose output end was not answered
+        (router.kafka_io.end_offsets_each): nothing of theirs may be written in this batch.
         """
         writing = [o for o in parts if every or o.durability.queued]
         if not writing:
-            return
+            self.checked_every = self.checked_every or every
+            return set()
         tps = [TopicPartition(o.route.settings.output, o.partition) for o in writing]
-        try:
-            ends = end_offsets(self.probe, tps, attempt_s=self.attempt_s)
-        except KafkaException as exc:
-            named = ", ".join(f"{tp.topic}:{tp.partition}" for tp in tps)
-            raise OutputWriteFailed(f"cannot read the end of output {named} ({exc}); "
-                                    "refusing to write it unchecked") from None
+        ends, unanswered = end_offsets_each(self.probe, tps, self.attempt_s)
         for owned, tp in zip(writing, tps, strict=True):
-            latest = ends[(tp.topic, tp.partition)]
-            if latest > owned.durability.known_end:
+            latest = ends.get((tp.topic, tp.partition))
+            if latest is not None and latest > owned.durability.known_end:
                 self._absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
         self.checked_every = self.checked_every or every
+        missing = {(tp.topic, tp.partition) for tp in unanswered}
+        return {(o.route.settings.name, o.partition) for o, tp in zip(writing, tps, strict=True)
+                if (tp.topic, tp.partition) in missing}
 
     def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
                         end: int = 0) -> None:

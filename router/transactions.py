@@ -62,6 +62,7 @@ COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
 COMMIT_THREADS = 8
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
+COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's commit waits
 # How long a partition's producer lets its records gather before it sends them. A batch's
 # output is visible only once its transaction commits, and the commit thread flushes it first
 # (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees.
@@ -232,6 +233,8 @@ class PartitionTransactions:
         producer = self.producers[key]
         deadline = time.monotonic() + COMMIT_RETRY_S
         timeout = commit_timeout_s()
+        if fire("txn-commit-stalls"):
+            time.sleep(COMMIT_STALL_S)  # a transaction coordinator that does not answer
         while True:
             if fire("txn-commit-fails"):
                 time.sleep(COMMIT_FAILPOINT_S)  # a slow coordinator: the next consume returns
@@ -337,30 +340,13 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
 @dataclass
 class Commits:
     """A batch's commits, issued (each in a thread of its own, followed there by the
-    partition's store flush) and not waited for yet: :func:`wait_commits`. Why not wait at
-    once: a commit is a round trip to the transaction coordinator (~10 ms a batch here), in
+    partition's store flush) and not waited for yet (router.batch_end.BatchEnd.settle). Why not
+    wait at once: a commit is a round trip to the transaction coordinator (~10 ms a batch here), in
     which the worker can already consume the next batch (router.batch_end)."""
 
     order: list[PartitionKey]
     futures: list[Future[RouterError | None]]
     written: list[Owned]   # partitions whose output partition the batch wrote
-
-
-def wait_commits(commits: Commits) -> Failed:
-    """Wait for a batch's commits; the partitions that did not commit."""
-    failed = Failed(set(), set())
-    for key, future in zip(commits.order, commits.futures, strict=True):
-        error = future.result()
-        if isinstance(error, BatchAborted):
-            log.warning("%s", error)
-            failed.aborted.add(key)
-        elif isinstance(error, ProducerFenced):
-            log.error("%s", error)
-            failed.fenced.add(key)
-    for owned in commits.written:
-        if (owned.route.settings.name, owned.partition) not in failed.aborted | failed.fenced:
-            owned.durability.committed()
-    return failed
 
 
 def commit_timeout_s() -> float:

@@ -159,3 +159,49 @@ def test_a_crash_after_a_commit_repeats_no_dead_letter(broker: BrokerUnderTest,
         router.assert_alive()
     finally:
         router.stop()
+
+
+def test_a_commit_that_does_not_settle_holds_only_its_own_partition(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """One partition's commit waits ten seconds (its transaction coordinator does not
+    answer): that partition is set aside while the other goes on forwarding; once the commit
+    settles, the set-aside partition's records are read again and every record is in the
+    output once, in order."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    env = Env(broker.bootstrap, tmp_path, partitions=2)
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    arm = tmp_path / "arm"
+    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": "txn-commit-stalls",
+                                           "CUTOVER_FAILPOINT_ARM": str(arm)})
+
+    def per_partition() -> Counter[int]:
+        return Counter(m.partition() for m in env.read(env.output))
+
+    try:
+        router.wait_started()
+        blue = Job(env, "blue")
+        blue.emit(events(0, 200))
+        env.wait_output(200)
+        arm.touch()
+        blue.emit(events(200, 400))       # one partition's commit of these stalls
+        env.wait_for("the stall", lambda: "failpoint txn-commit-stalls" in router.text(), 10)
+        stalled_at = time.monotonic()
+        blue.emit(events(400, 600))
+        # the other partition has all of it, while the stalled one still shows none of its
+        # records since the stall (read_committed)
+        env.wait_for("one partition's output going on", lambda: 300 in per_partition().values(),
+                     timeout=8)
+        assert time.monotonic() - stalled_at < 10, "the other partition waited for the stall"
+        counts = per_partition()
+        assert sorted(counts.values()) == [100, 300], counts
+        env.wait_output(600, timeout=60)
+        out = check_output(env, events(0, 600), lambda p, t: "blue")
+        for p in range(2):
+            times = [int(dict(m.headers())["bg.event_time"]) for m in out if m.partition() == p]
+            assert times == sorted(times), f"partition {p} is out of order"
+        assert "set aside" in router.text(), router.tail(40)
+        router.assert_alive()
+        assert router.text().count("took over partitions") == 1, "the worker rejoined"
+    finally:
+        router.stop()

@@ -139,6 +139,8 @@ class DataPath:
         self._aside: set[PartitionKey] = set()
         self._ends_retry: dict[PartitionKey, float] = {}
         self._paused: set[tuple[str, int]] = set()
+        # Consumed records of set-aside partitions, per raw partition, in order.
+        self._kept_back: dict[tuple[str, int], list[Message]] = {}
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
@@ -247,6 +249,7 @@ class DataPath:
             if again:
                 self._consumer.resume(again)
         self._paused = set()
+        self._kept_back.clear()  # the assignment reads them again from the resume offsets
         self._took_over = True
         self.progress.idle()  # recovering, not idle: the stall clock starts again
 
@@ -275,6 +278,7 @@ class DataPath:
         self._writer.reset()
         self._consumer_fatal = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
+        self._kept_back.clear()
         if old is not None:
             _close_in_background(old)
         if delay and self.stop_event.wait(delay):
@@ -335,6 +339,8 @@ class DataPath:
             assert self._end is not None
             stale = self._end.settle()  # the last batch's commits ran during the consume
             if stale:
+                for tp in stale.partitions:  # read again from their checkpoints
+                    self._kept_back.pop(tp, None)
                 self._count_reread(stale.dropped(msgs))
                 fresh = stale.fresh(msgs)
                 log.warning("%d consumed records dropped: read again from the checkpoints of "
@@ -367,10 +373,13 @@ class DataPath:
     def _set_aside(self, msgs: list[Message]) -> list[Message]:
         """Per partition, not per worker: a partition whose last commit is still in flight
         (router.batch_end.BatchEnd.settle), or whose output end its leader did not give
-        (:meth:`_check_output_ends`), is set aside while the others go on. Its consumed
-        records are not decided now: it is paused, and read again from the first of them once
-        it is clear; plans reach it then too (:meth:`_apply_everywhere`). So a slow, frozen or
-        dead broker holds only the partitions whose requests go to it."""
+        (:meth:`_check_output_ends`), is set aside while the others go on. It is paused, and
+        its records consumed meanwhile are kept back, in order, and decided first once it is
+        clear (before anything it is given after its resume); plans reach it then too
+        (:meth:`_apply_everywhere`). So a slow, frozen or dead broker holds only the
+        partitions whose requests go to it. Kept-back records never move the partition's
+        resume offsets; a rebalance, a takeover again or a rebuild drops them, and the
+        partition reads them again from its resume offsets."""
         assert self._end is not None and self._parts is not None
         now = time.monotonic()
         self._ends_retry = {k: at for k, at in self._ends_retry.items()
@@ -381,22 +390,26 @@ class DataPath:
                      "answered); the others go on", sorted(aside - self._aside))
         self._aside = aside
         self._pause_only(aside)
-        if not self._aside or not msgs:
-            return msgs
-        by_tp, aside = self._parts.by_tp, self._aside
+        by_tp = self._parts.by_tp
+        front: list[Message] = []
+        for tp in list(self._kept_back):
+            owned = by_tp.get(tp)
+            if owned is None:
+                del self._kept_back[tp]  # not this worker's any more: read by its next owner
+            elif (owned.route.settings.name, owned.partition) not in aside:
+                front.extend(self._kept_back.pop(tp))
+        if not aside:
+            return front + msgs if front else msgs
         keep: list[Message] = []
-        first: dict[tuple[str, int], int] = {}
         for m in msgs:
             if m.error() is None:
-                owned = by_tp.get((m.topic(), m.partition()))
+                tp = (m.topic(), m.partition())
+                owned = by_tp.get(tp)
                 if owned is not None and (owned.route.settings.name, owned.partition) in aside:
-                    first.setdefault((m.topic(), m.partition()), m.offset())
+                    self._kept_back.setdefault(tp, []).append(m)
                     continue
             keep.append(m)
-        assert self._consumer is not None
-        for (topic, p), offset in first.items():
-            self._consumer.seek(TopicPartition(topic, p, offset))
-        return keep
+        return front + keep
 
     def _pause_only(self, keys: set[PartitionKey]) -> None:
         """Pause the raw partitions of ``keys``; resume those paused before and not now."""

@@ -15,6 +15,9 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
   next batch;
 * ``txn-commit-stalls``: the first commit waits ten seconds before it is sent (a transaction
   coordinator that does not answer), then commits;
+* ``txn-commits-slow``: every commit of raw partition 0 takes a second and a half (longer than
+  the data path waits for a commit before it sets the partition aside), for as long as the
+  worker runs;
 * ``exit-after-commit``: exit at once after a partition's batch with output records
   committed and its store was flushed (in its commit thread), before any later checkpoint;
 * ``pause-before-commit``: the worker stops itself (SIGSTOP) after its batch is delivered and
@@ -53,6 +56,13 @@ def fire(name: str) -> bool:
         _fired.add(name)
     log.error("failpoint %s", name)
     return True
+
+
+def active(name: str) -> bool:
+    """True every time ``name`` is reached while armed (a lasting condition, not one event)."""
+    if name != ARMED:
+        return False
+    return not _ARM_FILE or os.path.exists(_ARM_FILE)
 
 
 def raise_at(name: str) -> None:

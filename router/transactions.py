@@ -47,7 +47,7 @@ from router.errors import (
     RouterConfigError,
     RouterError,
 )
-from router.failpoints import fire, pause_at, raise_at
+from router.failpoints import active, fire, pause_at, raise_at
 from router.kafka_io import client_conf
 from router.output_writer import Sent
 from router.oversize import DEFAULT_LIMIT, size_conf
@@ -63,6 +63,7 @@ INIT_TIMEOUT_S = 30.0
 COMMIT_THREADS = 8
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
 COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's commit waits
+COMMIT_SLOW_S = 1.5        # how long each commit takes under ``txn-commits-slow``
 # How long a partition's producer lets its records gather before it sends them. A batch's
 # output is visible only once its transaction commits, and the commit thread flushes it first
 # (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees.
@@ -235,6 +236,8 @@ class PartitionTransactions:
         timeout = commit_timeout_s()
         if fire("txn-commit-stalls"):
             time.sleep(COMMIT_STALL_S)  # a transaction coordinator that does not answer
+        if key[1] == 0 and active("txn-commits-slow"):
+            time.sleep(COMMIT_SLOW_S)
         while True:
             if fire("txn-commit-fails"):
                 time.sleep(COMMIT_FAILPOINT_S)  # a slow coordinator: the next consume returns

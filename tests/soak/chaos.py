@@ -23,6 +23,7 @@ from router.kafka_io import base_conf
 from router.operator import Target
 from tests.soak.checker import OutputWatcher, Verdict, verify
 from tests.soak.cluster_faults import FaultInjector, FaultKind, FaultRecord
+from tests.soak.forensics import dump_lost
 from tests.soak.gaps import PartitionGap, worst_partition
 from tests.soak.plans import PlanSwitcher
 from tests.soak.router_workers import RouteTopics, WorkerPool
@@ -126,6 +127,13 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     res.notes += _errors(workload, switcher, watcher)
     res.events, res.plans = len(workload.events), len(switcher.published)
     res.verdict = verify(workload.events, _delivered(workload), switcher.published, watcher.log)
+    if res.verdict.lost_samples:
+        try:
+            for path in dump_lost(bootstrap, topics.raw, topics.output, workload.events,
+                                  res.verdict.lost_samples, root):
+                res.notes.append(f"lost records' partition dumped: {path}")
+        except Exception as exc:  # forensics must not hide the verdict
+            res.notes.append(f"dumping the lost records' partitions: {exc}")
     inputs = [workload.logs[v].acked_at for v in VERSIONS]
     for i, f in enumerate(records):
         end = records[i + 1].started if i + 1 < len(records) else input_end

@@ -339,12 +339,13 @@ class DataPath:
             assert self._end is not None
             stale = self._end.settle()  # the last batch's commits ran during the consume
             if stale:
-                for tp in stale.partitions:  # read again from their checkpoints
-                    self._kept_back.pop(tp, None)
-                self._count_reread(stale.dropped(msgs))
+                # kept back while their commit was in flight, or consumed since: either way read
+                # again from the checkpoints of the partitions taken over again
+                kept = [m for tp in stale.partitions for m in self._kept_back.pop(tp, [])]
+                self._count_reread(stale.dropped(kept + msgs))
                 fresh = stale.fresh(msgs)
                 log.warning("%d consumed records dropped: read again from the checkpoints of "
-                            "partitions taken over again", len(msgs) - len(fresh))
+                            "partitions taken over again", len(kept) + len(msgs) - len(fresh))
                 msgs = fresh
             msgs = self._set_aside(msgs)
             if msgs and self._txn is not None:

@@ -10,6 +10,8 @@ JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
 # render the chart with it).
 HELM_VERSION ?= v3.22.0
 HELM         := .cache/bin/helm
+# Strict decoding of rendered manifests with Kubernetes' own types (tests/deploy/kubecheck).
+KUBECHECK    := .cache/bin/kubecheck
 MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:copy-dependencies \
              -DincludeScope=runtime
 
@@ -36,11 +38,15 @@ $(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka.pom.xml
 jvm: $(JVM_STAMP)
 
 $(HELM):
-	@command -v go >/dev/null || { echo "the chart tests need Go 1.22+ to build helm (https://go.dev/dl)"; exit 1; }
+	@command -v go >/dev/null || { echo "the chart tests need Go to build helm (https://go.dev/dl)"; exit 1; }
 	@echo "building helm $(HELM_VERSION) into $(dir $(HELM)) (once) ..."
 	@GOBIN=$(CURDIR)/$(dir $(HELM)) GOFLAGS=-buildvcs=false go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
-helm: $(HELM)
+$(KUBECHECK): tests/deploy/kubecheck/main.go tests/deploy/kubecheck/go.mod tests/deploy/kubecheck/go.sum
+	@command -v go >/dev/null || { echo "the chart tests need Go to build kubecheck (https://go.dev/dl)"; exit 1; }
+	@cd tests/deploy/kubecheck && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(KUBECHECK) .
+
+helm: $(HELM) $(KUBECHECK)
 
 # The distribution as users get it: sdist and wheel built, the wheel installed alone into a fresh
 # venv, the core run without Spark (tests/packaging, also part of make test).
@@ -50,7 +56,7 @@ wheel-check: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/cutover demo
 
-test: $(STAMP) $(JVM_STAMP) $(HELM)
+test: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest

@@ -14,6 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "cutover-router"
 CACHED_HELM = ROOT / ".cache" / "bin" / "helm"
+KUBECHECK = ROOT / ".cache" / "bin" / "kubecheck"
 # A helm built with `go install` assumes Kubernetes 1.20 (the release builds set the version at
 # link time); the chart needs 1.25 or later.
 KUBE_VERSION = "1.31.0"
@@ -72,3 +73,21 @@ def render_error(tmp: Path, values: dict[str, Any]) -> str:
     done = helm("template", "orders", str(CHART), values=values, tmp=tmp)
     assert done.returncode != 0, "the chart rendered values it must refuse"
     return done.stderr
+
+
+def kubecheck(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """Each document decoded strictly with Kubernetes' own types (tests/deploy/kubecheck, built
+    by `make helm`): "KIND NAME" -> valid | invalid: reason | unknown (a custom resource)."""
+    if not KUBECHECK.is_file():
+        pytest.skip("no kubecheck: `make helm` builds it into .cache/bin (needs Go)")
+    stream = "".join(f"---\n{yaml.safe_dump(d)}" for d in docs)
+    done = subprocess.run([str(KUBECHECK)], input=stream, capture_output=True, text=True,
+                          timeout=60)
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(docs), done.stdout + done.stderr
+    verdicts = {}
+    for doc, line in zip(docs, lines, strict=True):
+        verdict = line.split(" ", 1)[0]
+        verdicts[f"{doc['kind']} {doc['metadata']['name']}"] = (
+            line if verdict == "invalid" else verdict)
+    return verdicts

@@ -17,7 +17,7 @@ import yaml
 from cutover.cli import build_parser
 from cutover.secrets import REFERENCE, SECRET_SETTINGS
 from cutover.settings import RouterSettings, parse_settings
-from tests.deploy.chart import CHART, ROOT, Rendered, helm, render, render_error
+from tests.deploy.chart import CHART, ROOT, Rendered, helm, kubecheck, render, render_error
 
 pytestmark = pytest.mark.deploy
 
@@ -63,6 +63,23 @@ def test_helm_lint_passes_with_the_default_and_the_secured_values(tmp: Path) -> 
     for values in (None, SECURED):
         done = helm("lint", "--strict", str(CHART), values=values, tmp=tmp)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_manifest_decodes_strictly_as_its_kubernetes_type(
+        plain: Rendered, secured: Rendered) -> None:
+    for r in (plain, secured):
+        verdicts = kubecheck(r.docs)
+        custom = {k for k, v in verdicts.items() if v == "unknown"}
+        assert custom == {k for k in verdicts
+                          if k.split()[0] in ("ServiceMonitor", "PrometheusRule")}
+        assert all(v in ("valid", "unknown") for v in verdicts.values()), verdicts
+
+
+def test_the_strict_decoding_refuses_a_misspelled_field(plain: Rendered) -> None:
+    sts = plain.one("StatefulSet")
+    broken = {**sts, "spec": {**sts["spec"], "podManagmentPolicy": "Parallel"}}
+    (verdict,) = kubecheck([broken]).values()
+    assert verdict.startswith("invalid") and "podManagmentPolicy" in verdict
 
 
 def test_each_worker_uses_its_pod_name_as_instance_id(plain: Rendered) -> None:

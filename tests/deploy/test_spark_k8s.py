@@ -22,6 +22,7 @@ import yaml
 
 from cutover.cli import build_parser
 from spark_tagger.cli import submit_args
+from tests.deploy.chart import kubecheck
 
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_K8S = ROOT / "deploy" / "spark-k8s"
@@ -102,6 +103,15 @@ def test_versions_get_objects_and_checkpoints_of_their_own() -> None:
         return str(args[args.index("--checkpoint") + 1])
 
     assert checkpoint(blue) == "/checkpoints/blue" and checkpoint(green) == "/checkpoints/green"
+
+
+def test_the_driver_deployment_and_the_rbac_decode_strictly_as_kubernetes_types() -> None:
+    docs = [spark_job.client_manifest(JOB, v) for v in JOB.versions]
+    docs += list(yaml.safe_load_all((SPARK_K8S / "rbac.yaml").read_text()))
+    verdicts = kubecheck(docs)
+    assert set(verdicts.values()) == {"valid"}, verdicts
+    app = spark_job.operator_manifest(operator_job(), "green")
+    assert kubecheck([app]) == {"SparkApplication totals-green": "unknown"}
 
 
 def test_the_rbac_example_lets_the_driver_manage_its_executor_pods() -> None:

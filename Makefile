@@ -12,6 +12,8 @@ HELM_VERSION ?= v3.22.0
 HELM         := .cache/bin/helm
 # Strict decoding of rendered manifests with Kubernetes' own types (tests/deploy/kubecheck).
 KUBECHECK    := .cache/bin/kubecheck
+# Prometheus' own rule-file parser on the alert rules (tests/deploy/promcheck).
+PROMCHECK    := .cache/bin/promcheck
 MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:copy-dependencies \
              -DincludeScope=runtime
 
@@ -46,7 +48,11 @@ $(KUBECHECK): tests/deploy/kubecheck/main.go tests/deploy/kubecheck/go.mod tests
 	@command -v go >/dev/null || { echo "the chart tests need Go to build kubecheck (https://go.dev/dl)"; exit 1; }
 	@cd tests/deploy/kubecheck && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(KUBECHECK) .
 
-helm: $(HELM) $(KUBECHECK)
+$(PROMCHECK): tests/deploy/promcheck/main.go tests/deploy/promcheck/go.mod tests/deploy/promcheck/go.sum
+	@command -v go >/dev/null || { echo "the chart tests need Go to build promcheck (https://go.dev/dl)"; exit 1; }
+	@cd tests/deploy/promcheck && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(PROMCHECK) .
+
+helm: $(HELM) $(KUBECHECK) $(PROMCHECK)
 
 # The distribution as users get it: sdist and wheel built, the wheel installed alone into a fresh
 # venv, the core run without Spark (tests/packaging, also part of make test).
@@ -56,7 +62,7 @@ wheel-check: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/cutover demo
 
-test: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK)
+test: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest

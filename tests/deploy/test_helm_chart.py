@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,26 @@ def test_alert_rules_use_only_metrics_that_are_served(secured: Rendered) -> None
         assert used <= served, f"{a['alert']} uses {used - served}, which nothing serves"
         assert a["labels"]["severity"] in {"warning", "critical"}
         assert a["annotations"]["summary"]
+
+
+def promcheck(path: Path) -> subprocess.CompletedProcess[str]:
+    binary = ROOT / ".cache" / "bin" / "promcheck"
+    if not binary.is_file():
+        pytest.skip("no promcheck: `make helm` builds it into .cache/bin (needs Go)")
+    return subprocess.run([str(binary), str(path)], capture_output=True, text=True, timeout=60)
+
+
+def test_the_alert_rules_load_in_prometheus(secured: Rendered, tmp: Path) -> None:
+    rules = CHART / "files" / "alerts.yaml"
+    done = promcheck(rules)
+    assert done.returncode == 0, done.stdout
+    rendered = tmp / "rendered-rules.yaml"
+    rendered.write_text(yaml.safe_dump(secured.one("PrometheusRule")["spec"]))
+    n = sum(len(g["rules"]) for g in yaml.safe_load(rules.read_text())["groups"])
+    assert promcheck(rendered).stdout.strip() == f"ok {rendered}: {n} rules"
+    broken = tmp / "broken-rules.yaml"
+    broken.write_text(rules.read_text().replace("== 1", "== (1", 1))
+    assert promcheck(broken).returncode == 1
 
 
 def test_prometheus_operator_resources_are_off_by_default(plain: Rendered) -> None:

@@ -67,7 +67,7 @@ test: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 	$(PY) -m mypy
 	$(PY) -m pytest
 
-test-all: $(STAMP) $(JVM_STAMP)
+test-all: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 	$(PY) -m pytest -m 'not bench and not conformance_full'
 
 bench: $(STAMP) $(JVM_STAMP)

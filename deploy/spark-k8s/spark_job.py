@@ -15,6 +15,7 @@ them. Needs kubectl on PATH (or `--kubectl`) with a context allowed to manage th
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
@@ -30,6 +31,17 @@ K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # SparkApplication states (the Spark operator's applicationState.state).
 APP_RUNNING = "RUNNING"
 APP_ENDED = frozenset({"COMPLETED", "FAILED", "SUBMISSION_FAILED", "UNKNOWN"})
+
+
+class PlainDumper(yaml.SafeDumper):
+    """YAML without anchors: each manifest reads as written, shared label maps repeated."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def to_yaml(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=PlainDumper, sort_keys=False)
 
 
 class Resources(BaseModel):
@@ -99,8 +111,6 @@ def load_job(path: Path) -> JobSpec:
 
 def object_name(job: JobSpec, version: str) -> str:
     """The Kubernetes name of a version's driver (Deployment) or SparkApplication."""
-    import re
-
     if not re.match(VERSION_PATTERN, version):
         raise JobError(f"{version!r} is not a version id (1-64 of A-Z a-z 0-9 . _ -)")
     slug = re.sub(r"[^a-z0-9-]", "-", version.lower()).strip("-")[:20] or "v"
@@ -194,9 +204,10 @@ def client_manifest(job: JobSpec, version: str) -> dict[str, Any]:
                         "ports": [{"name": "driver", "containerPort": 7078},
                                   {"name": "blockmanager", "containerPort": 7079},
                                   {"name": "ui", "containerPort": 4040}],
+                        # The JVM's heap and overhead, and the Python driver program beside it.
                         "resources": {
                             "requests": {"cpu": str(job.driver.cores),
-                                         "memory": k8s_memory(job.driver.memory)},
+                                         "memory": k8s_memory(job.driver.memory, 1.4)},
                             "limits": {"memory": k8s_memory(job.driver.memory, 1.4)},
                         },
                         "securityContext": {"allowPrivilegeEscalation": False,
@@ -298,7 +309,7 @@ def kind_of(job: JobSpec) -> str:
 
 
 def start(job: JobSpec, version: str, kube: Kubectl, args: argparse.Namespace) -> int:
-    doc = yaml.safe_dump(manifest(job, version), sort_keys=False)
+    doc = to_yaml(manifest(job, version))
     if kube.dry_run:
         print(doc, end="")
     kube.run("apply", "-f", "-", stdin=doc)
@@ -386,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         job = load_job(Path(args.job))
         job.version(args.version)
         if args.action == "render":
-            print(yaml.safe_dump(manifest(job, args.version), sort_keys=False), end="")
+            print(to_yaml(manifest(job, args.version)), end="")
             return 0
         kube = Kubectl(args.kubectl, args.dry_run)
         return (start if args.action == "start" else stop)(job, args.version, kube, args)

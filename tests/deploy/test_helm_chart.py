@@ -104,8 +104,9 @@ def test_probes_ask_the_workers_own_endpoints_on_its_port(plain: Rendered) -> No
     (port,) = c["ports"]
     assert port["containerPort"] == settings.http_port == 6066
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/status", "port": "http"}
-    assert c["startupProbe"]["httpGet"]["path"] == "/status"
+    # /health turns 503 while the worker's watchdog reports it stalled (router.watchdog)
+    assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert c["startupProbe"]["httpGet"]["path"] == "/health"
     assert port["name"] == "http"
 
 

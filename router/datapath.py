@@ -193,7 +193,7 @@ class DataPath:
         self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
                              self.ckpt_topic, self.worker_id, self.clock,
                              self._current_consumer, self._recover)
-        self._parts.before_change = self._end.wait
+        self._parts.before_change = self._before_change
         self._parts.on_takeover = self._note_takeover
         self._join()
         self.ready.set()
@@ -240,16 +240,32 @@ class DataPath:
         else:
             log.warning("consumer: %s", err.str())
 
+    def _before_change(self) -> None:
+        """Before the group gives or takes partitions (the rebalance callbacks): the last
+        batches' commits are waited for, and set-aside partitions are resumed while still
+        assigned and their kept-back records dropped (the new assignment positions every
+        partition at its resume offsets, and reads them again)."""
+        assert self._end is not None
+        self._end.wait()
+        self._resume_set_aside(set(self._paused))
+        self._kept_back.clear()
+
+    def _resume_set_aside(self, tps: set[tuple[str, int]]) -> None:
+        """Resume paused raw partitions before anything positions them (a seek, an assign).
+        Why first: a partition positioned while paused is fetched, once resumed, from where
+        the client last delivered, not from where it was positioned (measured: the records in
+        between were skipped, and lost to the output)."""
+        if not tps:
+            return
+        self._paused -= tps
+        if self._consumer is not None:
+            try:
+                self._consumer.resume([TopicPartition(t, p) for t, p in sorted(tps)])
+            except KafkaException as exc:  # not assigned any more: nothing to resume
+                log.info("resuming %s: %s", sorted(tps), exc)
+
     def _note_takeover(self) -> None:
-        """After the group assigned partitions: the new assignment starts unpaused (resumed
-        here in case the client kept a pause), and recovering counts as progress."""
-        if self._paused and self._consumer is not None:
-            assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
-            again = [TopicPartition(t, p) for t, p in sorted(self._paused & assigned)]
-            if again:
-                self._consumer.resume(again)
-        self._paused = set()
-        self._kept_back.clear()  # the assignment reads them again from the resume offsets
+        """After the group assigned partitions: recovering counts as progress."""
         self._took_over = True
         self.progress.idle()  # recovering, not idle: the stall clock starts again
 
@@ -657,6 +673,8 @@ class DataPath:
                                  "(producer fenced)")
         if not failed.aborted:
             return NOTHING_STALE
+        self._resume_set_aside({(t, p) for route, p in failed.aborted
+                                for t in self.routes[route].settings.inputs})
         self._parts.retake(self._consumer, set(failed.aborted))
         log.warning("partitions %s: batch aborted; replaying from their checkpoints",
                     sorted(failed.aborted))

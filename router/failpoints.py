@@ -13,6 +13,9 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
 * ``txn-commit-fails``: the first commit takes half a second and then fails as one that
   needs an abort (it is aborted, and the partition replayed), while the worker consumes the
   next batch;
+* ``txn-commit-fails-slowly``: the same, after two and a half seconds (longer than the data
+  path waits for a commit: the partition is set aside, paused, its records kept back, when
+  its commit fails);
 * ``txn-commit-stalls``: the first commit waits ten seconds before it is sent (a transaction
   coordinator that does not answer), then commits;
 * ``txn-commits-slow``: every commit of raw partition 0 takes a second and a half (longer than

@@ -47,7 +47,7 @@ from router.errors import (
     RouterConfigError,
     RouterError,
 )
-from router.failpoints import active, fire, pause_at, raise_at
+from router.failpoints import ARMED, active, fire, pause_at, raise_at
 from router.kafka_io import client_conf
 from router.output_writer import Sent
 from router.oversize import DEFAULT_LIMIT, size_conf
@@ -62,6 +62,7 @@ COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
 COMMIT_THREADS = 8
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
+COMMIT_FAILPOINT_SLOW_S = 2.5   # ... and the ``txn-commit-fails-slowly`` one's
 COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's commit waits
 COMMIT_SLOW_S = 1.5        # how long each commit takes under ``txn-commits-slow``
 # How long a partition's producer lets its records gather before it sends them. A batch's
@@ -239,11 +240,14 @@ class PartitionTransactions:
         if key[1] == 0 and active("txn-commits-slow"):
             time.sleep(COMMIT_SLOW_S)
         while True:
-            if fire("txn-commit-fails"):
-                time.sleep(COMMIT_FAILPOINT_S)  # a slow coordinator: the next consume returns
+            slowly = fire("txn-commit-fails-slowly")
+            if slowly or fire("txn-commit-fails"):
+                # a slow coordinator: the next consume returns; slowly, the data path sets the
+                # partition aside meanwhile
+                time.sleep(COMMIT_FAILPOINT_SLOW_S if slowly else COMMIT_FAILPOINT_S)
                 self.abort([key])
                 raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed (failpoint "
-                                   "txn-commit-fails); the batch was aborted")
+                                   f"{ARMED}); the batch was aborted")
             try:
                 producer.commit_transaction(timeout)
                 self.open.discard(key)

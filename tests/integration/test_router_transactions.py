@@ -81,19 +81,21 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
         router.stop()
 
 
+@pytest.mark.parametrize("failpoint", ["txn-commit-fails", "txn-commit-fails-slowly"])
 def test_records_consumed_while_a_commit_fails_are_read_again(
-        broker: BrokerUnderTest, tmp_path: Path) -> None:
+        broker: BrokerUnderTest, tmp_path: Path, failpoint: str) -> None:
     """A batch's commit completes while the worker consumes the next batch (router.batch_end).
     When it fails, the partition is taken over again from its checkpoint, and the records
     already consumed of it are dropped and read again from there: every record is in the
     output once, in order. The job emits without pause while the commit fails (it takes half
-    a second), so the consume in between has records of the partition."""
+    a second, or, slowly, long enough that the partition is set aside and paused meanwhile),
+    so the consume in between has records of the partition."""
     if broker.kind == "tansu":
         pytest.skip("transactions are off on Tansu")
     env = Env(broker.bootstrap, tmp_path, partitions=1)
     assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
     arm = tmp_path / "arm"
-    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": "txn-commit-fails",
+    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": failpoint,
                                            "CUTOVER_FAILPOINT_ARM": str(arm)})
     try:
         router.wait_started()
@@ -109,7 +111,7 @@ def test_records_consumed_while_a_commit_fails_are_read_again(
         times = [int(dict(m.headers())["bg.event_time"]) for m in out]
         assert times == sorted(times), "the output is not in the raw partition's order"
         text = router.text()
-        assert "commit failed (failpoint txn-commit-fails)" in text, text[-3000:]
+        assert f"commit failed (failpoint {failpoint})" in text, text[-3000:]
         dropped = re.findall(r"(\d+) consumed records dropped", text)
         assert dropped and int(dropped[0]) > 0, text[-3000:]
         reread = sum(int(n) for n in dropped)  # the status counts them on their partition

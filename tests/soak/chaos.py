@@ -94,7 +94,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     watcher = OutputWatcher(bootstrap, topics.output, topics.status, name, s.partitions)
     injector = FaultInjector(cluster, pool, s.partitions, rng)
     records: list[FaultRecord] = []
-    input_end = time.time()
+    input_end = observed_until = time.time()
     try:
         switcher.publish_first()
         for _ in range(s.workers):
@@ -116,6 +116,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
         say("input stopped; waiting for the output to complete")
         _drain(watcher, workload, switcher, s.drain_s)
         time.sleep(3.0)  # a late duplicate would arrive now
+        observed_until = time.time()
     finally:
         for stop in (switcher.stop, workload.stop, watcher.stop):
             try:
@@ -130,7 +131,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     for i, f in enumerate(records):
         end = records[i + 1].started if i + 1 < len(records) else input_end
         res.faults.append(FaultOutcome(fault=f, gap=worst_partition(
-            watcher.log.arrived_at, inputs, f.started, end)))
+            watcher.log.arrived_at, inputs, f.started, end, observed_until)))
     first_end = records[0].ended if records else res.started
     res.rss = rss_summary(pool.workers.values(), first_end, s.rss_min_span_s)
     res.duration_s = round(time.time() - res.started, 1)

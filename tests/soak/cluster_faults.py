@@ -122,6 +122,22 @@ class FaultInjector:
 
     # -- brokers ------------------------------------------------------------------------------
 
+    def _roles(self, node: int, coordinator: bool = True, controller: bool = True) -> str:
+        """What else ``node`` is, as a fault's target says: the group coordinator (a kill of
+        it fences the group's static members) and the controller."""
+        roles = []
+        try:
+            if coordinator and self.cluster.coordinator(self.pool.topics.group, 10) == node:
+                roles.append("the group coordinator")
+        except BrokerError:
+            roles.append("group coordinator unknown")
+        try:
+            if controller and self.cluster.active_controller() == node:
+                roles.append("the controller")
+        except BrokerError:
+            pass
+        return f" (also {' and '.join(roles)})" if roles else ""
+
     def _kill_and_restart(self, node: int, notes: list[str]) -> None:
         self.cluster.kill(node)
         time.sleep(self.rng.uniform(*self.down_s))
@@ -142,13 +158,15 @@ class FaultInjector:
         except Exception as exc:  # the admin call itself failed: hit a node anyway
             node = self.rng.choice(self.cluster.nodes).node_id
             notes.append(f"leader unknown ({type(exc).__name__}); node {node} killed instead")
+        roles = self._roles(node)
         self._kill_and_restart(node, notes)
-        return f"node {node} (leader of {topic}:{partition})"
+        return f"node {node} (leader of {topic}:{partition}){roles}"
 
     def _controller_kill(self, notes: list[str]) -> str:
         node = self.cluster.active_controller()
+        roles = self._roles(node, controller=False)
         self._kill_and_restart(node, notes)
-        return f"node {node}"
+        return f"node {node}{roles}"
 
     def _coordinator_kill(self, notes: list[str]) -> str:
         try:
@@ -157,13 +175,14 @@ class FaultInjector:
             node = self.rng.choice(self.cluster.nodes).node_id
             notes.append(f"coordinator unknown ({type(exc).__name__}); node {node} killed "
                          "instead")
-        controller = self.cluster.active_controller()
+        roles = self._roles(node, coordinator=False)
         self._kill_and_restart(node, notes)
-        return f"node {node}" + (" (also the controller)" if node == controller else "")
+        return f"node {node}{roles}"
 
     def _broker_freeze(self, notes: list[str]) -> str:
         node = self.rng.choice(self.cluster.nodes).node_id
+        roles = self._roles(node)
         self.cluster.freeze(node)
         time.sleep(20.0)
         self.cluster.thaw(node)
-        return f"node {node}"
+        return f"node {node}{roles}"

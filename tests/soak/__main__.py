@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else (
         int(os.environ["SOAK_SEED"]) if os.environ.get("SOAK_SEED") else
         random.SystemRandom().randrange(1 << 31))
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job ignores it
+        signal.signal(sig, _interrupt)
     settings = ChaosSettings(seed=seed, minutes=args.minutes, workers=args.workers)
     print(f"chaos soak: {args.minutes:g} min of faults, seed {seed}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="cutover-soak-"))

@@ -43,6 +43,8 @@ class ChaosSettings(BaseModel):
     switch_every_s: float = 150.0
     plan_lead_ms: int = 30_000
     fault_every_s: tuple[float, float] = (60.0, 90.0)   # start to start
+    down_s: tuple[float, float] = (10.0, 20.0)          # a killed broker stays down
+    frozen_s: tuple[float, float] = (20.0, 40.0)        # a zombie worker stays frozen
     kinds: tuple[FaultKind, ...] = tuple(FaultKind)
     schedule: tuple[FaultKind, ...] | None = None   # these faults in order, instead of random
     warmup_s: float = 20.0                  # steady output before the first fault
@@ -92,7 +94,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     switcher = PlanSwitcher(Target(quiet, topics.control, topics.status),
                             name, s.switch_every_s, s.plan_lead_ms, lambda: workload.max_t)
     watcher = OutputWatcher(bootstrap, topics.output, topics.status, name, s.partitions)
-    injector = FaultInjector(cluster, pool, s.partitions, rng)
+    injector = FaultInjector(cluster, pool, s.partitions, rng, s.down_s, s.frozen_s)
     records: list[FaultRecord] = []
     input_end = observed_until = time.time()
     try:

@@ -61,12 +61,14 @@ class FaultRecord(BaseModel):
 
 class FaultInjector:
     def __init__(self, cluster: KafkaCluster, pool: WorkerPool, partitions: int,
-                 rng: random.Random, down_s: tuple[float, float] = (10.0, 20.0)) -> None:
+                 rng: random.Random, down_s: tuple[float, float] = (10.0, 20.0),
+                 frozen_s: tuple[float, float] = (20.0, 40.0)) -> None:
         self.cluster = cluster
         self.pool = pool
         self.partitions = partitions
         self.rng = rng
-        self.down_s = down_s
+        self.down_s = down_s        # a killed node stays down this long
+        self.frozen_s = frozen_s    # a zombie worker stays frozen this long
 
     def inject(self, kind: FaultKind) -> FaultRecord:
         started = time.time()
@@ -92,7 +94,7 @@ class FaultInjector:
 
     def _worker_zombie(self, notes: list[str]) -> str:
         w = self._victim()
-        frozen = round(self.rng.uniform(20.0, 40.0), 1)
+        frozen = round(self.rng.uniform(*self.frozen_s), 1)
         self.pool.signal(w, signal.SIGSTOP)
         time.sleep(frozen)
         self.pool.signal(w, signal.SIGCONT)

@@ -252,7 +252,8 @@ def write_faults(cells: list[FaultCell], kafka: str, seed: int, repeat: int, ela
         f"## Fault cells on {kafka} with broker defaults",
         "",
         f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- seed: {seed}; every fault {repeat} times, each a fresh route",
+        f"- seed: {seed}; every fault {repeat} time{'s' if repeat != 1 else ''}, each a fresh "
+        "route",
         f"- machine: {_machine()}; load average at the end {os.getloadavg()[0]:.1f}",
         f"- result: **{passed}/{len(cells)} cells pass**, in {elapsed_s:.0f} s",
         "",

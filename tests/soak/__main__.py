@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else (
         int(os.environ["SOAK_SEED"]) if os.environ.get("SOAK_SEED") else
         random.SystemRandom().randrange(1 << 31))
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job ignores it
+        signal.signal(sig, _interrupt)
     settings = ChaosSettings(seed=seed, minutes=args.minutes, workers=args.workers)
     print(f"chaos soak: {args.minutes:g} min of faults, seed {seed}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="cutover-soak-"))
@@ -58,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # the brokers' data; their logs and the workers' stay for a look
         for data in (root / "kafka").glob("node-*/data"):
             shutil.rmtree(data, ignore_errors=True)
+    (root / "result.json").write_text(result.model_dump_json(indent=1))
     report.write(result, f"Apache Kafka {kafka_version()} (KRaft)", args.doc)
     for t in report.targets(result):
         print(f"{'PASS' if t.passed else 'FAIL'}  {t.name}: {t.measured}")
     for n in result.notes:
         print(f"note: {n}")
-    print(f"worker and broker logs: {root}")
+    print(f"worker and broker logs, and the results (result.json): {root}")
     return 0 if report.passed(result) else 1
 
 

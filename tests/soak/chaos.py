@@ -44,6 +44,8 @@ class ChaosSettings(BaseModel):
     switch_every_s: float = 150.0
     plan_lead_ms: int = 30_000
     fault_every_s: tuple[float, float] = (60.0, 90.0)   # start to start
+    down_s: tuple[float, float] = (10.0, 20.0)          # a killed broker stays down
+    frozen_s: tuple[float, float] = (20.0, 40.0)        # a zombie worker stays frozen
     kinds: tuple[FaultKind, ...] = tuple(FaultKind)
     schedule: tuple[FaultKind, ...] | None = None   # these faults in order, instead of random
     warmup_s: float = 20.0                  # steady output before the first fault
@@ -93,9 +95,9 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     switcher = PlanSwitcher(Target(quiet, topics.control, topics.status),
                             name, s.switch_every_s, s.plan_lead_ms, lambda: workload.max_t)
     watcher = OutputWatcher(bootstrap, topics.output, topics.status, name, s.partitions)
-    injector = FaultInjector(cluster, pool, s.partitions, rng)
+    injector = FaultInjector(cluster, pool, s.partitions, rng, s.down_s, s.frozen_s)
     records: list[FaultRecord] = []
-    input_end = time.time()
+    input_end = observed_until = time.time()
     try:
         switcher.publish_first()
         for _ in range(s.workers):
@@ -117,6 +119,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
         say("input stopped; waiting for the output to complete")
         _drain(watcher, workload, switcher, s.drain_s)
         time.sleep(3.0)  # a late duplicate would arrive now
+        observed_until = time.time()
     finally:
         for stop in (switcher.stop, workload.stop, watcher.stop):
             try:
@@ -138,7 +141,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     for i, f in enumerate(records):
         end = records[i + 1].started if i + 1 < len(records) else input_end
         res.faults.append(FaultOutcome(fault=f, gap=worst_partition(
-            watcher.log.arrived_at, inputs, f.started, end)))
+            watcher.log.arrived_at, inputs, f.started, end, observed_until)))
     first_end = records[0].ended if records else res.started
     res.rss = rss_summary(pool.workers.values(), first_end, s.rss_min_span_s)
     res.duration_s = round(time.time() - res.started, 1)

@@ -61,12 +61,14 @@ class FaultRecord(BaseModel):
 
 class FaultInjector:
     def __init__(self, cluster: KafkaCluster, pool: WorkerPool, partitions: int,
-                 rng: random.Random, down_s: tuple[float, float] = (10.0, 20.0)) -> None:
+                 rng: random.Random, down_s: tuple[float, float] = (10.0, 20.0),
+                 frozen_s: tuple[float, float] = (20.0, 40.0)) -> None:
         self.cluster = cluster
         self.pool = pool
         self.partitions = partitions
         self.rng = rng
-        self.down_s = down_s
+        self.down_s = down_s        # a killed node stays down this long
+        self.frozen_s = frozen_s    # a zombie worker stays frozen this long
 
     def inject(self, kind: FaultKind) -> FaultRecord:
         started = time.time()
@@ -92,7 +94,7 @@ class FaultInjector:
 
     def _worker_zombie(self, notes: list[str]) -> str:
         w = self._victim()
-        frozen = round(self.rng.uniform(20.0, 40.0), 1)
+        frozen = round(self.rng.uniform(*self.frozen_s), 1)
         self.pool.signal(w, signal.SIGSTOP)
         time.sleep(frozen)
         self.pool.signal(w, signal.SIGCONT)
@@ -122,6 +124,22 @@ class FaultInjector:
 
     # -- brokers ------------------------------------------------------------------------------
 
+    def _roles(self, node: int, coordinator: bool = True, controller: bool = True) -> str:
+        """What else ``node`` is, as a fault's target says: the group coordinator (a kill of
+        it fences the group's static members) and the controller."""
+        roles = []
+        try:
+            if coordinator and self.cluster.coordinator(self.pool.topics.group, 10) == node:
+                roles.append("the group coordinator")
+        except BrokerError:
+            roles.append("group coordinator unknown")
+        try:
+            if controller and self.cluster.active_controller() == node:
+                roles.append("the controller")
+        except BrokerError:
+            pass
+        return f" (also {' and '.join(roles)})" if roles else ""
+
     def _kill_and_restart(self, node: int, notes: list[str]) -> None:
         self.cluster.kill(node)
         time.sleep(self.rng.uniform(*self.down_s))
@@ -142,13 +160,15 @@ class FaultInjector:
         except Exception as exc:  # the admin call itself failed: hit a node anyway
             node = self.rng.choice(self.cluster.nodes).node_id
             notes.append(f"leader unknown ({type(exc).__name__}); node {node} killed instead")
+        roles = self._roles(node)
         self._kill_and_restart(node, notes)
-        return f"node {node} (leader of {topic}:{partition})"
+        return f"node {node} (leader of {topic}:{partition}){roles}"
 
     def _controller_kill(self, notes: list[str]) -> str:
         node = self.cluster.active_controller()
+        roles = self._roles(node, controller=False)
         self._kill_and_restart(node, notes)
-        return f"node {node}"
+        return f"node {node}{roles}"
 
     def _coordinator_kill(self, notes: list[str]) -> str:
         try:
@@ -157,13 +177,14 @@ class FaultInjector:
             node = self.rng.choice(self.cluster.nodes).node_id
             notes.append(f"coordinator unknown ({type(exc).__name__}); node {node} killed "
                          "instead")
-        controller = self.cluster.active_controller()
+        roles = self._roles(node, coordinator=False)
         self._kill_and_restart(node, notes)
-        return f"node {node}" + (" (also the controller)" if node == controller else "")
+        return f"node {node}{roles}"
 
     def _broker_freeze(self, notes: list[str]) -> str:
         node = self.rng.choice(self.cluster.nodes).node_id
+        roles = self._roles(node)
         self.cluster.freeze(node)
         time.sleep(20.0)
         self.cluster.thaw(node)
-        return f"node {node}"
+        return f"node {node}{roles}"

@@ -143,9 +143,11 @@ def render(r: ChaosResult, kafka: str) -> str:
         "## Faults by kind",
         "",
         "Output gap: the longest time a partition's output went without a record (read "
-        "`read_committed`) between the fault's start and the next fault's; input gap: the same "
-        "for the broker's acknowledgements of that partition's input (the producers' own pause "
-        "while leaders move). Per fault the partition whose output gap exceeds its input gap "
+        "`read_committed`); input gap: the same for the broker's acknowledgements of that "
+        "partition's input (the producers' own pause while leaders move). A fault owns the "
+        "silences that begin from 10 s before its start to 10 s before the next fault's, each "
+        "measured to the partition's next record, so a route that stopped is charged to the "
+        "fault that stopped it. Per fault the partition whose output gap exceeds its input gap "
         "the most counts.",
         "",
         *_by_kind(r),

@@ -9,25 +9,28 @@ from tests.soak.router_workers import RssSample, Worker
 from tests.soak.rss import rss_flat, rss_summary
 
 
-def test_a_gap_is_the_longest_silence_inside_the_window() -> None:
-    times = [0.0, 1.0, 2.0, 9.0, 10.0, 30.0]
-    assert largest_gap(times, 1.5, 20.0) == 10.0   # 10 -> 20: silent to the window's end
-    assert largest_gap(times, 1.5, 10.0) == 7.0    # 2 -> 9
-    assert largest_gap(times, 0.0, 2.0) == 1.0
-    assert largest_gap([], 5.0, 8.0) == 3.0        # nothing at all: the whole window
+def test_a_fault_owns_the_silences_that_begin_in_its_window() -> None:
+    times = [0.0, 1.0, 2.0, 9.0, 10.0, 30.0, 31.0, 32.0]
+    # Window 15 s -> 40 s: silences beginning at 5 s or later, up to 30 s.
+    assert largest_gap(times, 15.0, 40.0, until=50.0) == 20.0   # 10 -> 30
+    assert largest_gap(times, 12.0, 15.0, until=50.0) == 7.0    # 2 -> 9 began at 2 s
+    assert largest_gap(times, 40.0, 60.0, until=50.0) == 18.0   # 32 -> the end, nothing since
 
 
-def test_a_silence_that_began_before_the_fault_counts_whole() -> None:
-    assert largest_gap([0.0, 12.0], 5.0, 12.0) == 12.0
+def test_a_route_that_stopped_is_charged_to_the_fault_that_stopped_it() -> None:
+    times = [0.0, 1.0, 20.0, 200.0, 201.0]
+    assert largest_gap(times, 15.0, 100.0, until=300.0) == 180.0  # the first fault: 20 -> 200
+    assert largest_gap(times, 100.0, 180.0, until=300.0) == 0.0   # still silent: not its own
+    assert largest_gap([], 15.0, 100.0, until=300.0) == 295.0     # never a record at all
 
 
 def test_the_worst_partition_is_the_one_whose_output_lags_its_input_most() -> None:
     output = {0: [0.0, 20.0, 21.0], 1: [0.0, 16.0, 21.0]}
     blue = {0: [0.0, 18.0, 21.0], 1: [0.0, 3.0, 16.0, 21.0]}
     green = {0: [0.0, 1.0, 21.0], 1: [0.0, 1.0, 16.0, 21.0]}
-    g = worst_partition(output, [blue, green], 0.0, 21.0)
+    g = worst_partition(output, [blue, green], 10.0, 21.0, 21.0)
     assert (g.partition, g.output_s, g.input_s) == (1, 16.0, 15.0)  # green's 15 s on p1
-    g = worst_partition(output, [blue], 0.0, 21.0)
+    g = worst_partition(output, [blue], 10.0, 21.0, 21.0)
     assert (g.partition, g.excess_s) == (1, 3.0)
 
 

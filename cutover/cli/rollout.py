@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
                                    "it to catch up, compare (--compare), switch, drain, stop the "
                                    "old version, soak; or roll back. See the README's runbook.")
     cluster_args(p)
-    p.add_argument("--route", required=True)
+    p.add_argument("--route", required=True, help="the route to deploy")
     p.add_argument("--to", help="the new version (its bg.version)")
     p.add_argument("--start", help="shell command that runs the new version (it must keep "
                                    "running; rerun after a crash, it resumes from its "

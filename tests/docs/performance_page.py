@@ -55,7 +55,8 @@ def _pairs(rows: list[tuple[str, str | None]]) -> list[str]:
 def core(s: Section) -> list[str]:
     return _pairs([("routing rule + identity + RocksDB store, decisions/s",
                     _get(s, "decisions_per_s", _n)),
-                   ("the same with full `bg.*` header parsing", _get(s, "with_header_parsing_per_s", _n)),
+                   ("the same with full `bg.*` header parsing",
+                    _get(s, "with_header_parsing_per_s", _n)),
                    ("the router's per-record path, headers included",
                     _get(s, "router_path_per_s", _n))])
 
@@ -100,7 +101,7 @@ def redeploy(s: Section) -> list[str]:
 
 def dedup_scale(s: Section) -> list[str]:
     def cell(r: Section, key: str, fmt: Callable[[Any], str]) -> str:
-        return fmt(r[key]) if r.get(key) is not None else "–"
+        return fmt(r[key]) if r.get(key) is not None else "\u2013"
     rows = [(f"{r['identities']:,}", f"{r['filter_setting_mb']:.0f} MiB",
              cell(r, "rss_growth_mb", lambda x: f"+{x:.1f} MB"),
              cell(r, "rss_bytes_per_identity", lambda x: f"{x:.1f} B"),
@@ -124,7 +125,8 @@ def held(s: Section) -> list[str]:
     return _table(("", f"bounded (`max_held` {b['max_held']:,})", "unbounded"),
                   [("router RSS growth at its peak", f"+{b['rss_growth_mb']:,} MB",
                     f"+{u['rss_growth_mb']:,} MB"),
-                   ("drain once the old version returns", f"{b['drain_s']} s", f"{u['drain_s']} s")])
+                   ("drain once the old version returns", f"{b['drain_s']} s",
+                    f"{u['drain_s']} s")])
 
 
 def two_workers(s: Section) -> list[str]:

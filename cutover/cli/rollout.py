@@ -67,7 +67,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("rollout", help="the whole blue/green deploy of a route, with rollback",
                        description="Deploy a new version of a route's job: start it, wait for "
                                    "it to catch up, compare (--compare), switch, drain, stop the "
-                                   "old version, soak; or roll back. See the README's runbook.")
+                                   "old version, soak; or roll back. The runbook: "
+                                   "docs/operations.md.")
     cluster_args(p)
     p.add_argument("--route", required=True, help="the route to deploy")
     p.add_argument("--to", help="the new version (its bg.version)")

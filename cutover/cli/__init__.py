@@ -48,7 +48,8 @@ EXIT_CODES: dict[str, str] = {
              "5 no transition in the plan; 2 bad input"),
     "plan": f"0 done; 1 plan invalid, or no plan yet (show); 2 bad input; {_BROKER}",
     "rollout": ("0 done; 1 rolled back; 2 refused; 3 broker unreachable; 4 failed (the sentence "
-                "says what to do); 5 another run took the rollout over; 130 interrupted "
+                "says what to do; promote, pause, resume: not taken by the driving run in "
+                "--timeout); 5 another run took the rollout over; 130 interrupted "
                 "(resumable)"),
     "compare": f"0 within --max-diff; 1 over it, or nothing to compare; 2 bad input; {_BROKER}",
     "tag": "0 the job ended; 2 refused (a shape or setting the tagger cannot serve); "

@@ -73,7 +73,8 @@ def _cmd_plan_init(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="validate, show or initialise plans")
-    psub = p.add_subparsers(dest="plan_command", metavar="ACTION", required=True)
+    psub = p.add_subparsers(dest="plan_command", metavar="ACTION", required=True,
+                            help="what to do with plans")
     q = psub.add_parser("validate", help="check a plan file as the router would")
     q.add_argument("file", help="the plan, a JSON file")
     q.add_argument("--json", action="store_true", help="the plan as the router would read it")

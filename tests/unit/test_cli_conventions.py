@@ -24,15 +24,14 @@ def _commands() -> Iterator[tuple[str, argparse.ArgumentParser]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     full = f"{prefix} {name}".strip()
-                    nested = any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)
-                    if not nested:
-                        yield full, sub
+                    yield full, sub
                     yield from walk(full, sub)
     yield from walk("", build_parser())
 
 
 COMMANDS = dict(_commands())
-READS_STATE = ("status", "wait", "plan show", "plan validate", "compare", "init", "doctor")
+READS_STATE = ("status", "wait", "plan show", "plan validate", "compare", "init", "doctor",
+               "rollout status")
 
 
 def test_cutover_version_prints_the_installed_version(

@@ -58,6 +58,13 @@ def test_init_creates_the_topics_prints_the_acls_and_publishes_the_first_plan(
     assert not any(t["created"] for t in again["topics"]) and again["partitions"] == 3
     assert main(["plan", "show", "--config", str(config), "--route", name, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["segments"][0]["primary"] == "blue"
+    # one primary, no transition: wait says so, as an exit code and as JSON
+    assert main(["wait", "--config", str(config), "--route", name, "--timeout", "5s",
+                 "--json"]) == 5
+    waited = capsys.readouterr()
+    outcome = json.loads(waited.out)
+    assert (outcome["exit_code"], outcome["state"]) == (5, "STEADY")
+    assert "no transition in plan epoch 1" in waited.err
 
 
 def test_init_creates_a_missing_raw_topic_only_when_told_how_many_partitions(

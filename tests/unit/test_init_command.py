@@ -114,3 +114,19 @@ def test_an_output_that_forgets_sooner_than_the_dedup_retention_is_a_problem() -
     control = TopicSpec(name="bg.control", role=TopicRole.CONTROL, partitions=1, compacted=True)
     problem = topic_problem(control, 1, {"cleanup.policy": "delete"})
     assert problem is not None and "cleanup.policy=compact" in problem
+
+
+def test_with_skip_topics_init_creates_nothing_and_names_what_is_missing(
+        bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    name = f"init-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {f"{name}.raw": 2})
+    config = _settings(tmp_path, bootstrap, name)
+    assert main(["init", "--config", str(config), "--route", name, "--primary", "blue",
+                 "--skip-topics"]) == 2
+    err = capsys.readouterr().err
+    assert f"output topic {name}.out does not exist (--skip-topics: create it with 2 " \
+           "partitions)" in err
+    assert f"control topic {name}.control does not exist" in err and "cleanup.policy=compact" \
+        in err
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    assert f"{name}.out" not in admin.list_topics(timeout=10).topics

@@ -131,9 +131,9 @@ class Demo:
             "--catch-up-lag", "60s", "--compare", "--compare-for", "30s", "--max-diff", "5%",
             "--deadline", "5m", "--soak", "15s")
         self.story.rollouts.append((started, time.time()))
-        self.procs.forget("blue")
-        if rc != 0:
+        if rc != 0:   # blue still runs: stopped with everything else the demo started
             raise CliError("the rollout to green did not finish (see above)", 1)
+        self.procs.forget("blue")   # the rollout stopped it (--stop-old)
         route.view()
         green = route.rollouts[-1]
         assert green.new_process is not None

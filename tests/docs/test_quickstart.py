@@ -11,9 +11,12 @@ that emulated blue; and short timings appended to `cutover rollout` (a later fla
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -27,6 +30,8 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from cutover.cli import build_parser
+from cutover.rollout.journal import parse_record, route_of_key
+from router.kafka_io import base_conf, read_to_end
 from tests.children import VENV_BIN, Child
 from tests.rollout.rollout_harness import JOB
 
@@ -117,6 +122,18 @@ def qs(bootstrap: str, tmp_path: Path) -> Iterator[Quickstart]:
     finally:
         for child in reversed(q.children):
             child.stop(grace=10)
+        _stop_started_by_the_rollout(q)
+
+
+def _stop_started_by_the_rollout(q: Quickstart) -> None:
+    """Green, started by the rollout in a session of its own, runs on after DONE."""
+    journal = [parse_record(m.value()) for m in read_to_end(base_conf(q.bootstrap),
+                                                            f"{q.name}.status")
+               if route_of_key(m.key()) == q.name]
+    for rec in journal[-1:]:
+        if rec.new_process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(rec.new_process.pid, signal.SIGTERM)
 
 
 def test_the_quickstart_takes_a_job_to_its_first_routed_deploy(qs: Quickstart) -> None:

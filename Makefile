@@ -72,6 +72,7 @@ test-all: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 
 bench: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest -m bench -s tests/bench tests/spark/test_bench_kafka.py
+	$(PY) -m tests.docs.performance_page --merge var/bench/results.json   # -> docs/performance.md
 
 conformance: $(STAMP) $(JVM_STAMP)
 	$(PY) -m pytest -m conformance_full -s tests/conformance

@@ -5,6 +5,10 @@ tagger, and nothing below imports it. Each command family has a module that expo
 ``register(subparsers)``, which adds its parsers and sets ``func``; the libraries raise named
 errors, which the commands turn into :class:`CliError`: printed as one sentence (what is
 wrong, how to fix it), exit code 2 unless the error names another, no traceback.
+
+Every parser shows each flag's default in ``--help`` and ends with the command's exit codes
+(:data:`EXIT_CODES`); the Kafka client's own log lines are kept out of a command's output
+(:mod:`cutover.cli.client_logs`), so that a refusal is its sentence alone.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 
+from cutover.cli.client_logs import keep_client_logs_out
 from cutover.settings import SettingsError
 
 # module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "cutover.cli.init": ("init",),
     "cutover.cli.worker": ("router",),
     "cutover.cli.switch": ("switch",),
     "cutover.cli.status": ("status", "wait"),
@@ -39,6 +46,73 @@ OPTIONAL_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# What each command's exit code means; shown at the end of its --help.
+_BROKER = "3 the broker did not answer or refused this principal"
+EXIT_CODES: dict[str, str] = {
+    "init": f"0 the route is ready (topics, plan); 2 refused (the sentence says why); {_BROKER}",
+    "router": "0 stopped; 1 the data path failed; 2 refused at start (settings, topics, rights)",
+    "switch": f"0 plan published; 2 refused by the safety checks or bad input; {_BROKER}",
+    "status": f"0 shown; 2 no such route or bad input; {_BROKER}",
+    "wait": ("0 CLEAR_TO_TEARDOWN; 3 STALLED, or the broker did not answer; 4 timeout; "
+             "5 no transition in the plan; 2 bad input"),
+    "plan": f"0 done; 1 plan invalid, or no plan yet (show); 2 bad input; {_BROKER}",
+    "rollout": ("0 done; 1 rolled back; 2 refused; 3 broker unreachable; 4 failed (the sentence "
+                "says what to do; promote, pause, resume: not taken by the driving run in "
+                "--timeout); 5 another run took the rollout over; 130 interrupted "
+                "(resumable)"),
+    "compare": f"0 within --max-diff; 1 over it, or nothing to compare; 2 bad input; {_BROKER}",
+    "tag": "0 the job ended; 2 refused (a shape or setting the tagger cannot serve); "
+           "otherwise the job's own exit code",
+    "demo": "0 the story ran and every check held; 1 a check failed",
+    "doctor": "0 every right in place; 1 a right is missing; 2 bad input",
+}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each flag's default after its help (unless the help already says it, or there is none
+    to show), and descriptions and epilogs kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_ = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS, [])
+        if shown and "%(default)" not in help_ and "default" not in help_ \
+                and (action.option_strings or action.nargs in (argparse.OPTIONAL,
+                                                               argparse.ZERO_OR_MORE)):
+            help_ += " (default: %(default)s)"
+        return help_
+
+
+class CutoverParser(argparse.ArgumentParser):
+    """Every ``cutover`` parser, sub-commands included: defaults shown in --help."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class Deprecated(argparse.Action):
+    """A flag kept for old scripts: it sets the new flag's value and says to use that."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, use: str,
+                 **kwargs: object) -> None:
+        self.use = use
+        kwargs.setdefault("help", f"deprecated: use {use}")
+        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated and will be removed; use "
+              f"{self.use}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def package_version() -> str:
+    try:
+        return version("cutover")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 class CliError(Exception):
     """An operator error: the message says what is wrong and how to fix it."""
 
@@ -48,11 +122,17 @@ class CliError(Exception):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CutoverParser(
         prog="cutover",
         description="Zero-loss, zero-duplicate blue/green handover for streaming jobs.",
+        epilog="Each command's --help ends with its exit codes.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--version", action="version",
+                        version=f"cutover {package_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also print the Kafka client's own log lines (kept out of a "
+                             "command's output otherwise)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CutoverParser)
     for module_name, commands in COMMAND_MODULES.items():
         if only is not None and only not in commands:
             continue
@@ -63,7 +143,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue  # that part is not built into this installation
             raise
         module.register(sub)
+    for name, command in sub.choices.items():
+        codes = EXIT_CODES.get(name)
+        if codes is not None:
+            _add_epilog(command, f"exit codes: {codes}")
     return parser
+
+
+def _add_epilog(parser: argparse.ArgumentParser, text: str) -> None:
+    """The command's exit codes at the end of its --help, and of its actions' (plan show...)."""
+    parser.epilog = f"{parser.epilog}\n\n{text}" if parser.epilog else text
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in action.choices.values():
+                _add_epilog(nested, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
+    if args.command not in ("router", "tag"):   # a worker's and a job's logs are their own
+        keep_client_logs_out(echo=args.verbose)
     try:
         _require_role(args.command)
         return int(args.func(args) or 0)

@@ -26,9 +26,12 @@ BROKER_DOWN = 3   # exit code: the broker did not answer
 
 def cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="the router's settings file (topics, security)")
-    p.add_argument("--bootstrap", help="HOST:PORT, when there is no settings file at hand")
-    p.add_argument("--control-topic", default="bg.control")
-    p.add_argument("--status-topic", default="bg.status")
+    p.add_argument("--bootstrap", help="HOST:PORT, when there is no settings file at hand "
+                                       "(with --config: overrides its bootstrap)")
+    p.add_argument("--control-topic", default="bg.control",
+                   help="the plans' topic, without --config")
+    p.add_argument("--status-topic", default="bg.status",
+                   help="the workers' status topic, without --config")
 
 
 def target_of(args: argparse.Namespace) -> Target:
@@ -67,12 +70,17 @@ def route_view(t: Target, route: str) -> RouteView:
         return read_views(t, route)[route]
 
 
-def publish(t: Target, plan: CutoverPlan, summary: str) -> int:
+def publish_quietly(t: Target, plan: CutoverPlan) -> CutoverPlan:
+    """Publish ``plan``; return it as published (signed when a plan key is set)."""
     try:
-        publish_plan(t, plan)
+        return publish_plan(t, plan)
     except PlanRejected as exc:
         raise CliError(f"the plan would be rejected: {exc.reason}") from None
     except PlanNotPublished as exc:
         raise CliError(str(exc), BROKER_DOWN) from None
+
+
+def publish(t: Target, plan: CutoverPlan, summary: str) -> int:
+    publish_quietly(t, plan)
     print(f"published {summary}")
     return 0

@@ -5,7 +5,8 @@ the raw topics are watched for ``--for``, records both versions emitted for the 
 times are matched by the route's identity and counted equal, different, only in the old
 version or only in the new one, per partition, with samples of the differences. Exit 0 when
 the share that differs is within ``--max-diff``, 1 when it is over (or nothing could be
-compared).
+compared). The versions are named as ``switch`` and ``rollout`` name them: ``--to`` the new
+one, ``--from`` the one it replaces (``--new``/``--old`` still work, with a warning).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from cutover.cli import CliError
+from cutover.cli import CliError, Deprecated
 from cutover.cli.cluster import broker_errors, cluster_args, connect, route_view
 from cutover.cli.rollout import parse_fraction
 from cutover.cli.times import parse_duration_ms
@@ -45,6 +46,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise CliError(f"{exc} (fix the settings file)") from None
     except KeyError:
         raise CliError(f"route {args.route!r} is not in {args.config}") from None
+    if not args.new:
+        raise CliError("name the version to check with --to (e.g. --to green)")
     t = connect(args)
     old = args.old
     if old is None:
@@ -77,13 +80,17 @@ def register(sub: Any) -> None:
     p = sub.add_parser("compare", help="compare two versions' outputs record by record")
     cluster_args(p)
     p.set_defaults(func=_cmd_compare)
-    p.add_argument("--route", required=True)
-    p.add_argument("--new", required=True, help="the version to check")
-    p.add_argument("--old", help="the version to check against (default: the primary)")
+    p.add_argument("--route", required=True, help="the route whose versions to compare")
+    p.add_argument("--to", dest="new", metavar="VERSION",
+                   help="the version to check (the one a switch would go to)")
+    p.add_argument("--from", dest="old", metavar="VERSION",
+                   help="the version to check against (default: the primary now)")
+    p.add_argument("--new", dest="new", action=Deprecated, use="--to", metavar="VERSION")
+    p.add_argument("--old", dest="old", action=Deprecated, use="--from", metavar="VERSION")
     p.add_argument("--for", dest="for_", default="2m", help="how long to watch")
     p.add_argument("--max-diff", default="0.1%", help="share of records allowed to differ")
     p.add_argument("--samples", type=int, default=5, help="differences to show")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the counts and samples as JSON")
     # the route's inputs and identity come from the settings file
     for action in p._actions:
         if action.dest == "config":

@@ -2,13 +2,15 @@
 
 A generated order stream feeds an unmodified PySpark job (windowed totals per customer) under
 the tagger; a router worker sits between the jobs and the output topic. Blue runs alone for a
-while; then ``cutover rollout`` deploys green (which rounds totals and adds the largest order),
-comparing both outputs first (``--compare`` shows green's intended difference), switching,
-waiting for CLEAR_TO_TEARDOWN, stopping blue and soaking. Then a second ``cutover rollout``
-deploys v3, a deliberately broken version: the demo makes it hang right after the switch (as a
-job stuck on an external call), the deadline passes, and the rollout rolls back to green by
-itself. The output is checked against a reference computed from the input alone: nothing
-lost, nothing doubled, each window from the version its event time belongs to.
+while; then ``cutover rollout`` deploys green, blue with one bug fixed (orders above the
+single-order limit are held for review and no longer counted), comparing both outputs first:
+the comparison finds the few windows the fix changes, shows them, and lets the rollout go on
+within ``--max-diff 5%``; then it switches, waits for CLEAR_TO_TEARDOWN, stops blue and soaks.
+Then a second ``cutover rollout`` deploys v3, a deliberately broken version: the demo makes it
+hang right after the switch (as a job stuck on an external call), the deadline passes, and the
+rollout rolls back to green by itself. The output is checked against a reference computed from
+the input alone: nothing lost, nothing doubled, each window from the version its event time
+belongs to, counted as that version counts it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ SPARK_CONF = [f"--conf={kv}" for kv in (
     "spark.master=local[2]", "spark.sql.shuffle.partitions=2", "spark.ui.enabled=false",
     "spark.ui.showConsoleProgress=false", "spark.sql.session.timeZone=UTC")]
 STEADY_S = 20.0   # blue alone, then green alone: the output's rhythm when nothing changes
+# Green's fix: orders above this amount are held for review, not counted. About 0.5% of the
+# orders, so about 2% of the windows (3 to 4 orders each at the demo's rate) differ.
+REVIEW_LIMIT = 248.75
+_ANCHOR = '              .select("o.*")\n'
 
 
 def register(sub: Any) -> None:
@@ -78,11 +84,24 @@ class Demo:
         self.route: Route | None = None
         self.story = Story()
 
-    def job(self, version: str, script: str, *extra: str) -> list[str]:
+    def job(self, version: str, script: str | Path, *extra: str) -> list[str]:
         return [self.exe, "tag", "--version", version, "--quiet", *SPARK_CONF, "--",
                 str(JOBS / script), "--bootstrap", self.bootstrap, "--input", "demo.orders",
                 "--output", "demo.totals.raw", "--checkpoint", str(self.work / f"ck-{version}"),
                 *extra]
+
+    def green_job(self) -> Path:
+        """Blue's job with the fix, as a developer would write it: one line more."""
+        source = (JOBS / "windowed_totals.py").read_text()
+        if source.count(_ANCHOR) != 1:
+            raise CliError("examples/jobs/windowed_totals.py changed: the demo cannot add "
+                           "green's fix after its `.select(\"o.*\")` line", 1)
+        fixed = source.replace(_ANCHOR, _ANCHOR + (
+            "              # green: orders above the single-order limit are held for review\n"
+            f"              .where(F.col(\"amount\") <= F.lit({REVIEW_LIMIT}))\n"), 1)
+        path = self.work / "windowed_totals_fixed.py"
+        path.write_text(fixed)
+        return path
 
     def rollout(self, *args: str) -> int:
         say("$ cutover rollout --route totals " + " ".join(
@@ -104,15 +123,17 @@ class Demo:
         time.sleep(STEADY_S)
 
         # -- rollout 1: green, compared first ------------------------------------------------
+        say(f"green is blue with a bug fixed: orders above {REVIEW_LIMIT} are held for review "
+            "and no longer counted; the comparison should find the few windows that had one")
         started = time.time()
         rc = self.rollout("--to", "green", "--start", shlex.join(self.job(
-            "green", "windowed_totals_green.py")), "--stop-old", f"kill -TERM -{blue}",
-            "--catch-up-lag", "60s", "--compare", "--compare-for", "30s", "--max-diff", "100%",
+            "green", self.green_job())), "--stop-old", f"kill -TERM -{blue}",
+            "--catch-up-lag", "60s", "--compare", "--compare-for", "30s", "--max-diff", "5%",
             "--deadline", "5m", "--soak", "15s")
         self.story.rollouts.append((started, time.time()))
-        self.procs.forget("blue")
-        if rc != 0:
+        if rc != 0:   # blue still runs: stopped with everything else the demo started
             raise CliError("the rollout to green did not finish (see above)", 1)
+        self.procs.forget("blue")   # the rollout stopped it (--stop-old)
         route.view()
         green = route.rollouts[-1]
         assert green.new_process is not None
@@ -191,7 +212,7 @@ class Demo:
             route.settle()
             route.stop_started_versions()
             report = summarize(self.bootstrap, route.view(), route.rollouts, feed.written(),
-                               self.story, self.out)
+                               self.story, self.out, REVIEW_LIMIT)
             self.procs.stop("router")
             say(f"done in {time.monotonic() - started:.0f} s")
             return 0 if report["lost"] == 0 and report["duplicated"] == 0 else 1

@@ -115,9 +115,10 @@ def largest_gap(stamps: list[float], span: Span) -> float | None:
 
 
 def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders: list[Order],
-              story: Story, out: Path) -> dict[str, Any]:
-    """Check the output against a reference computed from the input orders alone, print the
-    summary, write ``summary.json`` and ``timeline.png`` into ``out``; return the summary."""
+              story: Story, out: Path, review_limit: float) -> dict[str, Any]:
+    """Check the output against a reference computed from the input orders alone (green holds
+    orders above ``review_limit`` back), print the summary, write ``summary.json`` and
+    ``timeline.png`` into ``out``; return the summary."""
     from spark_tagger.partitioner import partition_for
 
     rollouts = finals(journal)
@@ -127,16 +128,24 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
     timeline = Timeline(story, rollouts, v)
     final_wm = {p: ps.watermarks for p, (ps, *_rest) in v.partitions.items()}
 
-    # The reference, from the input alone: every window of every customer.
+    # The reference, from the input alone: every window of every customer, as each version
+    # counts it (green holds orders above the review limit back).
     ref: Counter[tuple[str, int]] = Counter()
+    reviewed: Counter[tuple[str, int]] = Counter()
     for o in orders:
-        ref[(o.customer, o.ts // WINDOW_MS * WINDOW_MS + WINDOW_MS)] += 1
+        window = (o.customer, o.ts // WINDOW_MS * WINDOW_MS + WINDOW_MS)
+        ref[window] += 1
+        reviewed[window] += o.amount <= review_limit
+
+    def counted(version: str, k: tuple[str, int]) -> int:
+        return reviewed[k] if version == "green" else ref[k]
+
     expected: dict[tuple[str, int], str] = {}
     for (cust, end), _n in ref.items():
         p = partition_for(cust.encode(), None, PARTITIONS)
         version = timeline.version(p, end)
-        if end < final_wm[p].get(version, -1):  # closed by that version's final watermark
-            expected[(cust, end)] = version
+        if end < final_wm[p].get(version, -1) and counted(version, (cust, end)):
+            expected[(cust, end)] = version  # closed by that version's final watermark
 
     seen: Counter[tuple[str, int]] = Counter()
     wrong_version = wrong_value = 0
@@ -149,7 +158,7 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
         by_version[ver] += 1
         if k in expected and expected[k] != ver:
             wrong_version += 1
-        if body["orders"] != ref.get(k):
+        if body["orders"] != counted(ver, k):
             wrong_value += 1
     lost = sum(1 for k in expected if k not in seen)
     duplicated = sum(n - 1 for n in seen.values() if n > 1)
@@ -172,6 +181,8 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
                      for r in rollouts],
         "green_from": timeline.to_green, "v3_from": timeline.to_new,
         "green_again_from": timeline.back,
+        "windows_with_a_reviewed_order": sum(1 for k in ref if reviewed[k] != ref[k]),
+        "windows": len(ref),
     }
     png = out / "timeline.png"
     draw_timeline(png, output, raw, timeline.marks(), story.rollouts)
@@ -218,6 +229,33 @@ def _print(report: dict[str, Any], rollouts: list[RolloutRecord], timeline: Time
           f"{during}")
     print(f"  timeline                    {png}")
     print(f"  summary, logs               {out / 'summary.json'}, {out / 'logs'}")
+    print()
+    print("what to look at")
+    for line in lessons(report, rollouts):
+        print(f"  {line}")
+
+
+def lessons(report: dict[str, Any], rollouts: list[RolloutRecord]) -> list[str]:
+    """What the two rollouts teach, from what happened in this run."""
+    out: list[str] = []
+    first = rollouts[0]
+    if first.compare is not None:
+        c = first.compare.counts
+        out.append(f"rollout 1 compared blue and green before switching: {c.different} of "
+                   f"{c.total} windows differ ({first.compare.diff_ratio:.1%}), within "
+                   f"--max-diff {first.compare.max_diff:.0%}: the windows with an order above "
+                   f"the review limit ({report['windows_with_a_reviewed_order']} of "
+                   f"{report['windows']} in the whole run). The samples above show each one "
+                   "field by field: check that every difference is one the change meant.")
+    if len(rollouts) > 1 and rollouts[1].rollback is not None:
+        r = rollouts[1]
+        assert r.rollback is not None
+        out.append(f"rollout 2 rolled back by itself ({r.rollback.trigger.value}): "
+                   f"{r.rollback.reason[:160]}. `cutover rollout status --route {r.route}` "
+                   "shows its phases; its log is under logs/rollout.")
+    out.append(f"consumers saw every window once: lost {report['lost']}, duplicated "
+               f"{report['duplicated']}, through both rollouts.")
+    return out
 
 
 def fmt_counts(c: Any) -> str:

@@ -1,4 +1,7 @@
-"""``cutover plan validate | show | init``."""
+"""``cutover plan validate | show | init``.
+
+``plan init`` is the first-plan step of ``cutover init`` alone, for clusters whose topics are
+made by another tool (docs/decisions/004-cutover-init.md)."""
 
 from __future__ import annotations
 
@@ -23,10 +26,18 @@ def _cmd_plan_validate(args: argparse.Namespace) -> int:
         plan = parse_plan(raw, key=plan_key_from_env())
     except PlanRejected as exc:
         raise CliError(f"{args.file}: plan rejected: {exc.reason}", 1) from None
-    tr = plan.transition
-    what = f"{tr[0]} -> {tr[1]} at {tr[2]}" if tr else f"{plan.segments[0].primary} only"
-    print(f"{args.file}: valid plan for route {plan.route}, epoch {plan.epoch}: {what}")
+    if args.json:
+        print(json.dumps({"file": args.file, "valid": True,
+                          "plan": plan.model_dump(mode="json")}, indent=2))
+        return 0
+    print(f"{args.file}: valid plan for route {plan.route}, epoch {plan.epoch}: "
+          f"{_timeline(plan)}")
     return 0
+
+
+def _timeline(plan: CutoverPlan) -> str:
+    tr = plan.transition
+    return f"{tr[0]} -> {tr[1]} at {tr[2]}" if tr else f"{plan.segments[0].primary} only"
 
 
 def _cmd_plan_show(args: argparse.Namespace) -> int:
@@ -35,7 +46,16 @@ def _cmd_plan_show(args: argparse.Namespace) -> int:
     if v.plan is None:
         raise CliError(f"route {args.route!r} has no plan yet; publish one with `cutover "
                        f"switch --route {args.route} --to <version> --at auto`", 1)
-    print(json.dumps(v.plan.model_dump(mode="json"), indent=2))
+    if args.json:
+        print(json.dumps(v.plan.model_dump(mode="json"), indent=2))
+        return 0
+    p = v.plan
+    print(f"route {p.route}  epoch {p.epoch}  issued {p.issued_at:%Y-%m-%dT%H:%M:%SZ} by "
+          f"{p.issued_by}" + (f"  deadline {p.deadline:%Y-%m-%dT%H:%M:%SZ}" if p.deadline
+                              else ""))
+    for seg in p.segments:
+        start = "the beginning" if seg.from_event_time is None else seg.from_event_time
+        print(f"  from {start}: {seg.primary}")
     return 0
 
 
@@ -53,16 +73,20 @@ def _cmd_plan_init(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="validate, show or initialise plans")
-    psub = p.add_subparsers(dest="plan_command", metavar="ACTION", required=True)
+    psub = p.add_subparsers(dest="plan_command", metavar="ACTION", required=True,
+                            help="what to do with plans")
     q = psub.add_parser("validate", help="check a plan file as the router would")
-    q.add_argument("file")
+    q.add_argument("file", help="the plan, a JSON file")
+    q.add_argument("--json", action="store_true", help="the plan as the router would read it")
     q.set_defaults(func=_cmd_plan_validate)
     q = psub.add_parser("show", help="print the current plan of a route")
     cluster_args(q)
-    q.add_argument("--route", required=True)
+    q.add_argument("--route", required=True, help="the route whose plan to show")
+    q.add_argument("--json", action="store_true", help="the plan as JSON")
     q.set_defaults(func=_cmd_plan_show)
-    q = psub.add_parser("init", help="publish the first plan of a route (one primary)")
+    q = psub.add_parser("init", help="publish the first plan of a route (one primary); "
+                                     "`cutover init` does this and creates the topics")
     cluster_args(q)
-    q.add_argument("--route", required=True)
-    q.add_argument("--primary", required=True)
+    q.add_argument("--route", required=True, help="the route")
+    q.add_argument("--primary", required=True, help="the version running now")
     q.set_defaults(func=_cmd_plan_init)

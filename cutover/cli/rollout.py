@@ -6,7 +6,10 @@ the old version with the operator's command, soaks, and is done; or rolls back. 
 their rules are :mod:`cutover.rollout.machine`; the loop is :mod:`cutover.cli.rollout_driver`.
 
 ``--resume`` continues a rollout whose command died, from its journal; ``--abort`` rolls it
-back (asking the run that drives it, when one is alive). A second rollout of a route that has
+back (asking the run that drives it, when one is alive). ``--pause-before switch|teardown``
+makes it wait for ``cutover rollout promote``; ``cutover rollout status|promote|pause|resume``
+(:mod:`cutover.cli.rollout_ops`) work from any host; ``--events`` and ``--notify`` send each
+change as JSON (:mod:`cutover.rollout.notify`). A second rollout of a route that has
 one in progress is refused. Exit codes: 0 done, 1 rolled back, 4 failed (the sentence says what
 the operator must do), 2 refused, 3 broker unreachable, 5 another run took over, 130
 interrupted (the rollout stays where it was, resumable).
@@ -27,6 +30,7 @@ from typing import Any
 from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, cluster_args, connect
 from cutover.cli.rollout_driver import Driver, Superseded
+from cutover.cli.rollout_ops import register_actions
 from cutover.cli.rollout_procs import host, pid_alive
 from cutover.cli.rollout_view import make_view
 from cutover.cli.times import parse_duration_ms
@@ -34,6 +38,7 @@ from cutover.plan import utcnow
 from cutover.rollout.events import AbortRequested, Event
 from cutover.rollout.journal import (
     LEASE,
+    Gate,
     Owner,
     Phase,
     PhaseSpan,
@@ -41,6 +46,7 @@ from cutover.rollout.journal import (
     RolloutSpec,
     owner_alive,
 )
+from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings, SettingsError, load_settings
 from cutover.status import TransitionState
 from router.operator import RouteView, StateReader, Target
@@ -67,9 +73,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("rollout", help="the whole blue/green deploy of a route, with rollback",
                        description="Deploy a new version of a route's job: start it, wait for "
                                    "it to catch up, compare (--compare), switch, drain, stop the "
-                                   "old version, soak; or roll back. See the README's runbook.")
+                                   "old version, soak; or roll back. The runbook: "
+                                   "docs/operations.md.")
     cluster_args(p)
-    p.add_argument("--route", required=True)
+    p.add_argument("--route", help="the route to deploy (required)")
     p.add_argument("--to", help="the new version (its bg.version)")
     p.add_argument("--start", help="shell command that runs the new version (it must keep "
                                    "running; rerun after a crash, it resumes from its "
@@ -97,17 +104,31 @@ def register(sub: Any) -> None:
                                      "var/rollout/<route>)")
     p.add_argument("--metrics-port", type=int, help="serve the rollout's Prometheus metrics "
                                                     "on this port while it runs")
+    p.add_argument("--pause-before", action="append", choices=[g.value for g in Gate],
+                   default=[], help="wait at this point for `cutover rollout promote`: switch "
+                                    "(caught up, and compared) or teardown (CLEAR_TO_TEARDOWN, "
+                                    "before the old version is stopped); may be repeated")
+    p.add_argument("--events", metavar="FILE|-",
+                   help="append one JSON line per phase change, gate, promote, pause and resume "
+                        "to FILE (- for stdout; the progress then goes to stderr)")
+    p.add_argument("--notify", metavar="URL",
+                   help="POST the same JSON to URL (a webhook), retried, never holding the "
+                        "rollout back")
     p.add_argument("--resume", action="store_true", help="continue the route's rollout from "
                                                          "its journal")
     p.add_argument("--abort", action="store_true", help="roll the route's rollout back")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_rollout)
+    register_actions(p)
 
 
 def _cmd_rollout(args: argparse.Namespace) -> int:
+    if not args.route:
+        raise CliError("name the route: --route NAME")
     if args.resume and args.abort:
         raise CliError("--resume and --abort exclude each other; pick one")
-    given = [f"--{n.replace('_', '-')}" for n in ("to", "start", "stop_old", "stop_new")
+    given = [f"--{n.replace('_', '-')}" for n in ("to", "start", "stop_old", "stop_new",
+                                                   "pause_before", "events", "notify")
              if getattr(args, n)]
     if (args.resume or args.abort) and given:
         raise CliError(f"{'--resume' if args.resume else '--abort'} continues the journaled "
@@ -189,7 +210,9 @@ def _new(args: argparse.Namespace, view: RouteView, me: Owner) -> RolloutRecord:
             soak_ms=parse_duration_ms(args.soak), margin_ms=parse_duration_ms(args.margin),
             rollback_timeout_ms=parse_duration_ms(args.rollback_timeout),
             stuck_after_ms=parse_duration_ms(args.stuck_after),
-            log_dir=args.log_dir or f"var/rollout/{args.route}")
+            log_dir=args.log_dir or f"var/rollout/{args.route}",
+            pause_before=tuple(dict.fromkeys(Gate(g) for g in args.pause_before)),
+            events=args.events, notify=args.notify)
     except ValueError as exc:
         raise CliError(f"cannot roll out: {exc}") from None
     last = view.rollout
@@ -285,10 +308,12 @@ def _follow_abort(args: argparse.Namespace, reader: StateReader) -> int:
 
 def _drive(args: argparse.Namespace, t: Target, settings: RouterSettings | None,
            reader: StateReader, me: Owner, rec: RolloutRecord, first: Event | None) -> int:
-    view = make_view()
+    view = make_view(sys.stderr if rec.spec.events == "-" else None)
     try:
+        sink = (EventSink(rec.spec.events, rec.spec.notify, say=view.say)
+                if rec.spec.events or rec.spec.notify else None)
         driver = Driver(t, settings, reader, me, view, interval=args.interval,
-                        metrics_port=args.metrics_port)
+                        metrics_port=args.metrics_port, sink=sink)
     except OSError as exc:
         view.close()
         raise CliError(f"cannot serve metrics on port {args.metrics_port} ({exc.strerror}); "
@@ -327,8 +352,8 @@ def _drive(args: argparse.Namespace, t: Target, settings: RouterSettings | None,
 def _report(rec: RolloutRecord) -> int:
     code = EXIT.get(rec.phase, 4)
     sentence = rec.outcome or rec.note
-    if code == 0:
-        print(sentence, flush=True)
+    if code == 0:   # stdout, unless it carries the events (--events -)
+        print(sentence, flush=True, file=sys.stderr if rec.spec.events == "-" else sys.stdout)
     else:
         print(f"cutover rollout: {rec.phase.value}: {sentence}", file=sys.stderr, flush=True)
     return code

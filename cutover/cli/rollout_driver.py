@@ -37,6 +37,7 @@ from cutover.rollout.events import (
     PartitionFacts,
     PublishRollback,
     PublishSwitch,
+    Requested,
     RestartNew,
     RollbackPublished,
     RouteFacts,
@@ -52,6 +53,7 @@ from cutover.rollout.events import (
 from cutover.rollout.journal import CompareSummary, Owner, RolloutRecord
 from cutover.rollout.machine import step
 from cutover.rollout.metrics import prometheus
+from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings
 from router.compare_reader import CompareStopped, compare_route
 from router.kafka_io import BrokerUnavailable
@@ -71,8 +73,9 @@ class Superseded(RuntimeError):
 class Driver:
     def __init__(self, t: Target, settings: RouterSettings | None, reader: StateReader,
                  owner: Owner, view: LiveView, *, interval: float = 1.0,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None, sink: EventSink | None = None) -> None:
         self.t, self.settings, self.reader = t, settings, reader
+        self.sink = sink
         self.owner, self.view, self.interval = owner, view, interval
         self.commands: Commands | None = None
         self.stop = threading.Event()
@@ -111,6 +114,10 @@ class Driver:
                     if r.abort_requested and r.claim == rec.claim and rec.rollback is None:
                         rec = self._handle(rec, AbortRequested(r.abort_requested), utcnow())
                         break
+                for r in view.rollout_log:   # promote, pause, resume: from any host
+                    if r.request is not None and r.claim == rec.claim:
+                        rec = self._handle(rec, Requested(r.request.kind, r.request.by),
+                                           utcnow())
                 rec = self._handle(rec, self._compare_event(), utcnow())
                 if rec is not read:  # an abort or a comparison's end may have published a
                     view = self._refresh()  # plan: the tick looks at the state after it
@@ -128,6 +135,8 @@ class Driver:
                 self._tally.close()
             if self._metrics is not None:
                 self._metrics.shutdown()
+            if self.sink is not None:
+                self.sink.close()
 
     def let_go(self, note: str) -> None:
         """Leave the rollout where it is, marked as driven by nobody (Ctrl-C)."""
@@ -144,6 +153,8 @@ class Driver:
             result = step(rec, ev, now)
             if result.record != rec:
                 self.view.changed(rec, result.record, now)
+                if self.sink is not None:
+                    self.sink.changed(rec, result.record, now)
                 rec = self._publish(result.record)
             for action in result.actions:
                 queue.extend(self._act(action, rec))
@@ -151,7 +162,7 @@ class Driver:
 
     def _publish(self, rec: RolloutRecord) -> RolloutRecord:
         with self._journal:
-            rec = rec.model_copy(update={"updated_at": utcnow()})
+            rec = rec.model_copy(update={"updated_at": utcnow(), "request": None})
             publish_record(self.t, rec)
             self._published_at = time.monotonic()
             self.rec = rec

@@ -132,40 +132,54 @@ def _wait_loop(args: argparse.Namespace, reader: StateReader, want: TransitionSt
     while True:
         v = reader.refresh()[args.route]
         last = v.transition()
+        epoch = v.plan.epoch if v.plan else "-"
         if last.state is want:
-            print(f"route {args.route}: CLEAR_TO_TEARDOWN — {last.from_!r} may be torn down "
-                  f"(epoch {v.plan.epoch if v.plan else '-'}, boundary {last.boundary})")
-            return 0
+            return _waited(args, v, 0, f"route {args.route}: CLEAR_TO_TEARDOWN — {last.from_!r} "
+                                       f"may be torn down (epoch {epoch}, "
+                                       f"boundary {last.boundary})")
         if last.state is TransitionState.STALLED:
-            print(f"route {args.route}: STALLED: {last.describe_holdups()}. Roll back with "
-                  "`cutover switch --to <old>` or extend the deadline.", file=sys.stderr)
-            return 3
+            return _waited(args, v, 3, f"route {args.route}: STALLED: {last.describe_holdups()}. "
+                                       "Roll back with `cutover switch --to <old>` or extend the "
+                                       "deadline.")
         if last.state is TransitionState.STEADY and v.plan is not None:
-            print(f"route {args.route}: STEADY (no transition in plan epoch {v.plan.epoch})",
-                  file=sys.stderr)
-            return 5
+            return _waited(args, v, 5, f"route {args.route}: STEADY (no transition in plan epoch "
+                                       f"{v.plan.epoch})")
         if time.monotonic() >= deadline:
-            print(f"route {args.route}: still {last.state.value} after {args.timeout}: "
-                  f"{last.describe_holdups() or 'no router status yet'}", file=sys.stderr)
             note = v.unreadable_note()
-            if note is not None:
-                print(f"route {args.route}: {note}", file=sys.stderr)
-            return 4
+            return _waited(args, v, 4, f"route {args.route}: still {last.state.value} after "
+                                       f"{args.timeout}: "
+                                       f"{last.describe_holdups() or 'no router status yet'}"
+                           + (f"\nroute {args.route}: {note}" if note is not None else ""))
         time.sleep(min(args.interval, max(deadline - time.monotonic(), 0.05)))
+
+
+def _waited(args: argparse.Namespace, v: RouteView, code: int, sentence: str) -> int:
+    """The outcome: the sentence (stdout when clear, else stderr), and with --json the route's
+    merged state and the outcome as one JSON object on stdout."""
+    if args.json:
+        print(sentence, file=sys.stderr)
+        print(json.dumps({"route": args.route, "exit_code": code,
+                          "state": v.transition().state.value, "sentence": sentence,
+                          "status": _merged_json(v)}, indent=2))
+    else:
+        print(sentence, file=sys.stdout if code == 0 else sys.stderr)
+    return code
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("status", help="show routes, transitions, partitions and counters")
     cluster_args(p)
-    p.add_argument("--route")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--route", help="show one route (default: every route with a plan or status)")
+    p.add_argument("--json", action="store_true", help="the merged state as JSON")
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("wait", help="block until a transition is clear to tear down")
     cluster_args(p)
-    p.add_argument("--route", required=True)
+    p.add_argument("--route", required=True, help="the route whose transition to wait for")
     p.add_argument("--for", dest="for_", default="clear-to-teardown",
-                   choices=["clear-to-teardown"])
-    p.add_argument("--timeout", default="10m")
+                   choices=["clear-to-teardown"], help="the state to wait for")
+    p.add_argument("--timeout", default="10m", help="how long to wait (a duration: 90s, 15m)")
+    p.add_argument("--json", action="store_true",
+                   help="the outcome as one JSON object on stdout (the exit code as without)")
     p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_wait)

@@ -34,7 +34,7 @@ def _cmd_switch(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("switch", help="publish the next plan of a route, after safety checks")
     cluster_args(p)
-    p.add_argument("--route", required=True)
+    p.add_argument("--route", required=True, help="the route to switch")
     p.add_argument("--to", required=True, help="the version to make primary")
     p.add_argument("--at", default="auto",
                    help="boundary event time: epoch ms, ISO-8601, +duration past the newest "

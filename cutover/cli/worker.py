@@ -35,9 +35,11 @@ def _cmd_router(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("router", help="start a router worker")
     p.add_argument("--config", required=True, help="router settings file (YAML)")
-    p.add_argument("--loglevel", default="info")
+    p.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"],
+                   help="how much the worker logs")
     p.add_argument("--instance-id", default=None,
                    help="this worker's stable id in the consumer group (static membership): "
-                        f"restarted with the same id it takes its partitions back at once; "
-                        f"default ${INSTANCE_ENV}, else none")
+                        "restarted with the same id it takes its partitions back at once; "
+                        f"default ${INSTANCE_ENV}, else none (a restart then waits out the "
+                        "session timeout)")
     p.set_defaults(func=_cmd_router)

@@ -11,7 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from cutover.plan import CutoverPlan, Segment
-from cutover.rollout.journal import CompareSummary, ProcessRef, RolloutRecord
+from cutover.rollout.journal import CompareSummary, ProcessRef, RequestKind, RolloutRecord
 from cutover.status import Transition
 
 NO_WATERMARK = -(1 << 63)
@@ -131,9 +131,17 @@ class AbortRequested:
     by: str
 
 
+@dataclass(frozen=True)
+class Requested:
+    """An operator's promote, pause or resume (``cutover rollout promote|pause|resume``)."""
+
+    kind: RequestKind
+    by: str
+
+
 Event = (Tick | NewStarted | StartFailed | CompareDone | CompareFailed | SwitchPublished
          | SwitchRefused | OldStopped | RollbackPublished | NewStopped | NewRestarted
-         | AbortRequested)
+         | AbortRequested | Requested)
 
 
 # -- actions ------------------------------------------------------------------------------------

@@ -62,6 +62,31 @@ class Phase(StrEnum):
                         Phase.SWITCHING, Phase.DRAINING)
 
 
+class Gate(StrEnum):
+    """A point where a rollout waits for ``cutover rollout promote`` (``--pause-before``)."""
+
+    SWITCH = "switch"       # caught up (and compared): before the switch is published
+    TEARDOWN = "teardown"   # CLEAR_TO_TEARDOWN: before the old version is stopped
+
+
+class RequestKind(StrEnum):
+    PROMOTE = "promote"
+    PAUSE = "pause"
+    RESUME = "resume"
+
+
+class OperatorRequest(BaseModel):
+    """What an operator asked of a running rollout, from any host: journaled with the change
+    already applied (so a resumed run has it), and marked so that the run driving the rollout
+    applies it too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: RequestKind
+    by: str
+    at: datetime
+
+
 class RolloutSpec(BaseModel):
     """What the operator asked for (the command line), kept so that ``--resume`` and
     ``--abort`` need only the route."""
@@ -89,6 +114,11 @@ class RolloutSpec(BaseModel):
                                 "version this long without watermark progress (a restart "
                                 "included) is restarted again")
     log_dir: str
+    pause_before: tuple[Gate, ...] = Field(default=(), description="gates where the rollout "
+                                           "waits for `cutover rollout promote`")
+    events: str | None = Field(default=None, description="file (or - for stdout) that gets one "
+                               "JSON line per phase change")
+    notify: str | None = Field(default=None, description="URL the same JSON is posted to")
 
 
 class ProcessRef(BaseModel):
@@ -250,6 +280,12 @@ class RolloutRecord(BaseModel):
     rollback: RollbackState | None = None
     outcome: str | None = Field(default=None, description="the final sentence")
     abort_requested: str | None = Field(default=None, description="who asked to abort")
+    promoted: tuple[Gate, ...] = Field(default=(), description="gates an operator let it pass")
+    waiting_at: Gate | None = Field(default=None, description="the gate it waits at now")
+    paused_by: str | None = Field(default=None, description="who paused it (cutover rollout "
+                                  "pause); none while it runs")
+    request: OperatorRequest | None = Field(default=None, description="set only on a record an "
+                                            "operator's command wrote")
     updated_at: datetime = Field(default_factory=utcnow)
 
     def phase_started(self) -> datetime:

@@ -9,7 +9,11 @@ running), and the few effects that cannot be observed (the stop commands) are do
 having to be idempotent.
 
 Phases: STARTING_NEW -> CATCHING_UP -> [COMPARING] -> SWITCHING -> DRAINING -> TEARING_DOWN ->
-SOAKING -> DONE. Until the old version is stopped, the deadline, STALLED, the new version's exit,
+SOAKING -> DONE. With ``--pause-before switch`` the rollout waits, caught up (and compared),
+until an operator promotes it; with ``--pause-before teardown`` it waits at CLEAR_TO_TEARDOWN.
+A paused rollout (``cutover rollout pause``) makes no step forward until it is resumed; what
+keeps consumers safe (the deadline before the switch, STALLED, the new version's exit) still
+rolls it back. Until the old version is stopped, the deadline, STALLED, the new version's exit,
 a failed comparison or an abort lead to ROLLING_BACK -> ROLLED_BACK (or FAILED, with the reason,
 when the rollback cannot finish).
 
@@ -45,6 +49,7 @@ from cutover.rollout.events import (
     ProcState,
     PublishRollback,
     PublishSwitch,
+    Requested,
     RestartNew,
     RollbackPublished,
     RouteFacts,
@@ -58,7 +63,15 @@ from cutover.rollout.events import (
     SwitchRefused,
     Tick,
 )
-from cutover.rollout.journal import Phase, PhaseSpan, RollbackState, RolloutRecord, Trigger
+from cutover.rollout.journal import (
+    Gate,
+    Phase,
+    PhaseSpan,
+    RequestKind,
+    RollbackState,
+    RolloutRecord,
+    Trigger,
+)
 from cutover.rollout.sentences import (
     at,
     dur,
@@ -88,6 +101,8 @@ def step(rec: RolloutRecord, event: Event, now: datetime) -> Step:
         if rec.phase.old_still_running:
             return _rollback(rec, now, Trigger.ABORT, f"aborted by {event.by}")
         return Step(rec)
+    if isinstance(event, Requested):
+        return _requested(rec, event)
     phase = rec.phase
     if isinstance(event, NewStarted) and phase is Phase.STARTING_NEW:
         return _enter(_with(rec, new_process=event.ref), Phase.CATCHING_UP, now,
@@ -97,9 +112,12 @@ def step(rec: RolloutRecord, event: Event, now: datetime) -> Step:
                          f"the start command of {rec.spec.new} failed: {event.reason}")
     if isinstance(event, CompareDone) and phase is Phase.COMPARING:
         done = _with(rec, compare=event.summary)
+        if event.summary.passed and rec.paused_by is not None:
+            return Step(done)   # the switch waits for the resume (the tick goes on from here)
         if event.summary.passed:
-            return _enter(done, Phase.SWITCHING, now, event.summary.headline(),
-                          PublishSwitch(rec.deadline_at))
+            return _gate(done, Gate.SWITCH, event.summary.headline()) or _enter(
+                done, Phase.SWITCHING, now, event.summary.headline(),
+                PublishSwitch(rec.deadline_at))
         return _rollback(done, now, Trigger.COMPARE,
                          f"the comparison failed: {event.summary.headline()}")
     if isinstance(event, CompareFailed) and phase is Phase.COMPARING:
@@ -137,7 +155,8 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
         foreign = _foreign_plan(rec, obs.route.plan)
         if foreign is not None:
             return _finish(rec, Phase.FAILED, now, foreign)
-        if now >= rec.deadline_at:
+        # Waiting at the teardown gate, the transition is already clear: no deadline to meet.
+        if now >= rec.deadline_at and rec.waiting_at is not Gate.TEARDOWN:
             return _rollback(rec, now, Trigger.DEADLINE,
                              f"the deadline ({dur(spec.deadline_ms)}) passed in {phase.value}"
                              f"{_waiting_on(rec, obs)}")
@@ -145,6 +164,8 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
             code = f" with code {obs.new.exit_code}" if obs.new.exit_code is not None else ""
             return _rollback(rec, now, Trigger.NEW_EXITED,
                              f"{spec.new}'s start command exited{code} in {phase.value}")
+    if rec.paused_by is not None and phase is not Phase.ROLLING_BACK:
+        return Step(rec)
     if phase is Phase.STARTING_NEW:
         if rec.new_process is None:
             return Step(rec, (StartNew(),))
@@ -157,10 +178,14 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
                 f"{obs.route.num_partitions} partitions")
         if spec.compare:
             return _enter(rec, Phase.COMPARING, now, done, StartCompare())
-        return _enter(rec, Phase.SWITCHING, now, done, PublishSwitch(rec.deadline_at))
+        return _gate(rec, Gate.SWITCH, done) or _enter(rec, Phase.SWITCHING, now, done,
+                                                       PublishSwitch(rec.deadline_at))
     if phase is Phase.COMPARING:
         if rec.compare is None and not obs.compare_running:
             return Step(rec, (StartCompare(),))
+        if rec.compare is not None and rec.compare.passed and _gate(rec, Gate.SWITCH, "") is None:
+            return _enter(rec, Phase.SWITCHING, now, rec.compare.headline(),
+                          PublishSwitch(rec.deadline_at))   # promoted past the gate
         return Step(rec)
     if phase is Phase.SWITCHING:
         plan = obs.route.plan
@@ -172,8 +197,9 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
     if phase is Phase.DRAINING:
         tr = obs.route.transition
         if tr.state is TransitionState.CLEAR_TO_TEARDOWN and tr.to == spec.new:
-            return _enter(rec, Phase.TEARING_DOWN, now, f"CLEAR_TO_TEARDOWN: {spec.old} may be "
-                          "stopped", StopOld())
+            clear = f"CLEAR_TO_TEARDOWN: {spec.old} may be stopped"
+            return _gate(rec, Gate.TEARDOWN, clear) or _enter(rec, Phase.TEARING_DOWN, now,
+                                                              clear, StopOld())
         if tr.state is TransitionState.STALLED:
             return _rollback(rec, now, Trigger.STALLED,
                              f"the switch stalled: {tr.describe_holdups()}")
@@ -243,6 +269,46 @@ def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
         return _finish(rec, Phase.FAILED, now, old_not_passing(rec, unsteady))
     return Step(_with(rec, note=f"waiting for {spec.old} to pass the rollback boundary: "
                                 f"{'; '.join(unsteady[:3])}"))
+
+
+# -- gates, pause and resume ---------------------------------------------------------------------
+
+
+def _gate(rec: RolloutRecord, gate: Gate, done: str) -> Step | None:
+    """Wait at ``gate`` (None: go on) while the spec asks for it and no operator promoted it."""
+    if gate not in rec.spec.pause_before or gate in rec.promoted:
+        return None
+    note = (f"{done + '; ' if done else ''}waiting before the {gate.value}: promote with "
+            f"`cutover rollout promote --route {rec.route}`")
+    return Step(_with(rec, waiting_at=gate, note=note))
+
+
+def _requested(rec: RolloutRecord, req: Requested) -> Step:
+    if req.kind is RequestKind.PAUSE:
+        if rec.paused_by is not None:
+            return Step(rec)
+        return Step(_with(rec, paused_by=req.by, note=f"paused by {req.by} in "
+                                                       f"{rec.phase.value}: resume with `cutover "
+                                                       f"rollout resume --route {rec.route}`"))
+    if req.kind is RequestKind.RESUME:
+        if rec.paused_by is None:
+            return Step(rec)
+        return Step(_with(rec, paused_by=None, note=f"resumed by {req.by}"))
+    gate = rec.waiting_at or next_gate(rec)
+    if gate is None or gate in rec.promoted:
+        return Step(rec)
+    return Step(_with(rec, promoted=(*rec.promoted, gate), waiting_at=None,
+                      note=f"promoted past the {gate.value} by {req.by}"))
+
+
+def next_gate(rec: RolloutRecord) -> Gate | None:
+    """The first gate of the spec not promoted yet and not behind the rollout already."""
+    passed = {Gate.SWITCH: rec.switch_epoch is not None,
+              Gate.TEARDOWN: rec.phase in (Phase.TEARING_DOWN, Phase.SOAKING)}
+    for gate in rec.spec.pause_before:
+        if gate not in rec.promoted and not passed[gate]:
+            return gate
+    return None
 
 
 # -- facts of the route -------------------------------------------------------------------------
@@ -339,6 +405,7 @@ def _rb(rb: RollbackState, **changes: Any) -> RollbackState:
 
 def _enter(rec: RolloutRecord, phase: Phase, now: datetime, note: str,
            *actions: Action) -> Step:
+    rec = _with(rec, waiting_at=None)
     spans = list(rec.phases)
     if spans and spans[-1].ended_at is None:
         spans[-1] = spans[-1].model_copy(update={"ended_at": now})

@@ -20,7 +20,7 @@ METRICS = {
     "rollout_seconds": ("gauge", "seconds since the rollout started"),
     "rollout_deadline_seconds": ("gauge", "seconds left until the rollout's deadline (negative "
                                           "once passed)"),
-    "rollout_restarts": ("gauge", "restarts of the new version during a rollback"),
+    "rollout_restarts_total": ("counter", "restarts of the new version during a rollback"),
     "rollout_compared_records": ("gauge", "records of the comparison, by result"),
 }
 
@@ -51,8 +51,8 @@ def prometheus(rec: RolloutRecord, now: datetime) -> str:
     head("rollout_deadline_seconds")
     lines.append(f"cutover_rollout_deadline_seconds{{{labels}}} "
                  f"{(rec.deadline_at - now).total_seconds():.3f}")
-    head("rollout_restarts")
-    lines.append(f"cutover_rollout_restarts{{{labels}}} "
+    head("rollout_restarts_total")
+    lines.append(f"cutover_rollout_restarts_total{{{labels}}} "
                  f"{rec.rollback.restarts if rec.rollback else 0}")
     if rec.compare is not None:
         head("rollout_compared_records")

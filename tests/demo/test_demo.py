@@ -59,7 +59,10 @@ def test_demo_runs_a_rollout_and_a_rollback(tmp_path: Path) -> None:
     assert forwarded.get("blue", 0) > 0 and forwarded.get("green", 0) > 0
     first, second = summary["rollouts"]
     assert (first["to"], first["phase"]) == ("green", "DONE")
-    assert first["compared"]["different"] > 0 and first["compared"]["equal"] == 0
+    compared = first["compared"]   # green fixes a bug that touches a few percent of windows
+    total = sum(compared.values())
+    assert compared["equal"] > 0 and 0 < compared["different"] <= 0.05 * total, compared
+    assert summary["windows_with_a_reviewed_order"] < 0.05 * summary["windows"]
     assert (second["to"], second["phase"]) == ("v3", "ROLLED_BACK")
     assert second["boundary"] is not None, "v3 was rolled back before the switch"
     assert summary["green_again_from"] and forwarded.get("v3", 0) > 0
@@ -67,7 +70,8 @@ def test_demo_runs_a_rollout_and_a_rollback(tmp_path: Path) -> None:
     png = out / "timeline.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     for step in ("cutover rollout --route totals --to green", "COMPARING started",
-                 "+max_amount=", "CLEAR_TO_TEARDOWN", "cutover rollout --route totals --to v3",
+                 "orders ", " -> ", "within --max-diff 5%", "what to look at",
+                 "CLEAR_TO_TEARDOWN", "cutover rollout --route totals --to v3",
                  "the demo makes it hang", "ROLLING_BACK started", "lost 0, duplicated 0",
                  "steady running (one version, no rollout)", str(png)):
         assert step in done.stdout + done.stderr, f"the demo did not print {step!r}"

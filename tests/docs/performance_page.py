@@ -1,0 +1,249 @@
+"""docs/performance.md, generated: the current result of each benchmark, one table each.
+
+``make bench`` runs the benchmarks, which write their sections to ``var/bench/results.json``
+(tests/bench/report.py); then ``python -m tests.docs.performance_page --merge
+var/bench/results.json`` stamps each new section with the commit and broker it ran on, keeps
+it in ``docs/performance-results.json`` (the current results, one per benchmark, committed),
+and renders the page from that file. Nothing else writes the page: a test renders it again
+and compares. What was tried and measured along the way is in git log and
+``docs/decisions/``; the page holds current results only.
+
+    python -m tests.docs.performance_page [--merge var/bench/results.json] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "docs" / "performance-results.json"
+PAGE = REPO / "docs" / "performance.md"
+
+Row = tuple[str, str]
+Section = dict[str, Any]
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def _get(s: Section, key: str, fmt: Callable[[Any], str]) -> str | None:
+    return fmt(s[key]) if s.get(key) is not None else None
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    align = ["---"] + ["---:"] * (len(head) - 1)
+    return ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |",
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _pairs(rows: list[tuple[str, str | None]]) -> list[str]:
+    return _table(("", "result"), [(k, v) for k, v in rows if v is not None])
+
+
+def core(s: Section) -> list[str]:
+    return _pairs([("routing rule + identity + RocksDB store, decisions/s",
+                    _get(s, "decisions_per_s", _n)),
+                   ("the same with full `bg.*` header parsing",
+                    _get(s, "with_header_parsing_per_s", _n)),
+                   ("the router's per-record path, headers included",
+                    _get(s, "router_path_per_s", _n))])
+
+
+def throughput(s: Section) -> list[str]:
+    rounds = s.get("router_ratio_rounds")
+    return _pairs([("router / pass-through loop, median of the rounds",
+                    _get(s, "router_ratio", _pct)),
+                   ("rounds", ", ".join(_pct(x) for x in rounds) if rounds else None),
+                   ("pass-through loop, records/s", _get(s, "passthrough_per_s", _n)),
+                   ("router, records/s", _get(s, "router_per_s", _n)),
+                   ("bare Faust per-event agent / loop", _get(s, "faust_agent_ratio", _pct))])
+
+
+def transactions(s: Section) -> list[str]:
+    rounds = s.get("ratio_rounds")
+    return _pairs([("transactions on / off, median of the rounds", _get(s, "ratio", _pct)),
+                   ("rounds", ", ".join(_pct(x) for x in rounds) if rounds else None)])
+
+
+def latency(results: dict[str, Section]) -> list[str]:
+    rows = []
+    for key in ("latency_fetch_wait_default", "latency_fetch_wait_10"):
+        s = results.get(key)
+        if s is None:
+            continue
+        rows.append((f"{s['fetch_wait_max_ms']} ms", f"+{s['added_p50_ms']} ms",
+                     f"+{s['added_p99_ms']} ms", _stamp(s)))
+    return _table(("`fetch.wait.max.ms`", "added p50", "added p99", "measured"), rows)
+
+
+def redeploy(s: Section) -> list[str]:
+    return _pairs([("largest output gap, cutover", _get(s, "cutover_gap_s", lambda x: f"{x} s")),
+                   ("largest output gap, stop-and-restart redeploy",
+                    _get(s, "redeploy_gap_s", lambda x: f"{x} s")),
+                   ("redeploy / cutover", _get(s, "ratio", lambda x: f"{x}x")),
+                   ("largest gap in normal running", _get(s, "steady_largest_gap_s",
+                                                          lambda x: f"{x} s")),
+                   ("switch to CLEAR_TO_TEARDOWN", _get(s, "switch_to_clear_s",
+                                                        lambda x: f"{x} s"))])
+
+
+def dedup_scale(s: Section) -> list[str]:
+    def cell(r: Section, key: str, fmt: Callable[[Any], str]) -> str:
+        return fmt(r[key]) if r.get(key) is not None else "\u2013"
+    rows = [(f"{r['identities']:,}", f"{r['filter_setting_mb']:.0f} MiB",
+             cell(r, "rss_growth_mb", lambda x: f"+{x:.1f} MB"),
+             cell(r, "rss_bytes_per_identity", lambda x: f"{x:.1f} B"),
+             cell(r, "disk_mb", lambda x: f"{x:.1f} MB"),
+             cell(r, "new_us_per_record", lambda x: f"{x:.2f} µs"),
+             cell(r, "new_disk_read_share", lambda x: f"{x:.1%}"),
+             cell(r, "open_s", lambda x: f"{x:.2f} s"),
+             cell(r, "open_after_crash_s", lambda x: f"{x:.1f} s")) for r in s["rows"]]
+    return _table(("identities in retention", "filter", "RSS growth", "per identity", "disk",
+                   "new identity", "of which read RocksDB", "open", "open after a crash"), rows)
+
+
+def failover(s: Section) -> list[str]:
+    return _table(("set-up", "largest output gap", "lost", "duplicated"),
+                  [(r["setup"], f"{r['gap_s']} s", str(r["lost"]), str(r["duplicated"]))
+                   for r in s["results"]])
+
+
+def held(s: Section) -> list[str]:
+    b, u = s["bounded"], s["unbounded"]
+    return _table(("", f"bounded (`max_held` {b['max_held']:,})", "unbounded"),
+                  [("router RSS growth at its peak", f"+{b['rss_growth_mb']:,} MB",
+                    f"+{u['rss_growth_mb']:,} MB"),
+                   ("drain once the old version returns", f"{b['drain_s']} s",
+                    f"{u['drain_s']} s")])
+
+
+def two_workers(s: Section) -> list[str]:
+    rounds = s.get("ratio_rounds")
+    return _pairs([("one worker, raw records/s", _get(s, "one_per_s", _n)),
+                   ("two workers, raw records/s", _get(s, "two_per_s", _n)),
+                   ("two / one, median of the rounds", _get(s, "ratio", lambda x: f"{x}x")),
+                   ("rounds", ", ".join(f"{x}x" for x in rounds) if rounds else None)])
+
+
+# (section key, title, what it measures, table)
+BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
+    ("core_decisions", "Decision core", "`tests/bench/test_core_bench.py`: one core, 1,000,000 "
+     "synthetic records (both versions, ~10% replays, a switch in the middle, heartbeats as the "
+     "tagger writes them), the RocksDB store flushed every 10,000 records.", core),
+    ("router_throughput", "Router throughput", "`tests/bench/test_router_bench.py`: 200,000 "
+     "tagged records on 4 partitions; the router (routing, dedup, checkpoints, transactions) "
+     "and a confluent-kafka pass-through loop that only forwards, in alternating rounds on the "
+     "same data.", throughput),
+    ("router_transactions", "Transactions on vs off", "`tests/bench/test_router_bench.py::"
+     "test_router_transactions_cost`: the same data routed with `transactions: on` and `off`, "
+     "alternating rounds.", transactions),
+    ("latency", "Latency the router adds", "`tests/bench/test_latency_bench.py`: 2,000 records/s "
+     "for 20 s on 4 partitions, read by the router and by the pass-through loop at once; the "
+     "figure is the router's latency less the loop's.", lambda s: []),
+    ("redeploy_gap", "Output gap: cutover vs stop-and-restart", "`tests/bench/"
+     "test_redeploy_gap_bench.py`: a real PySpark job at 50 orders/s, switched by cutover, "
+     "then redeployed by stopping and restarting it on its checkpoint.", redeploy),
+    ("dedup_store_scale", "Dedup store at scale", "`tests/bench/test_dedup_scale_bench.py`: "
+     "one partition's store at 1M and 10M identities in retention (50M with "
+     "`CUTOVER_BENCH_DEDUP_MAX=50000000`); memory is set by the settings, not by the "
+     "identities.", dedup_scale),
+    ("failover_gap", "Router failover", "`tests/bench/test_failover_bench.py`: 1,000 records/s "
+     "on 4 partitions, a worker killed with `kill -9`; the largest arrival gap on an output "
+     "partition for a `read_committed` consumer.", failover),
+    ("held_bound", "Held records under a stalled old version", "`tests/bench/"
+     "test_held_bound_bench.py`: the old version silent after the switch while the new one "
+     "writes 1,000,000 records on 4 partitions.", held),
+    ("two_workers", "Two workers on one route", "`tests/bench/test_two_workers_bench.py`: one "
+     "route on 4 partitions, one worker process against two in one group, alternating rounds, "
+     "on two cores shared with the broker.", two_workers),
+]
+
+
+def _stamp(s: Section) -> str:
+    load = s.get("load_average") or []
+    under = " (under load)" if load and load[0] > s.get("cpus", 2) else ""
+    where = f"{s['commit']}, " if s.get("commit") else ""
+    return (f"{where}{s['measured_at'][:10]}, {s.get('broker', 'broker not recorded')}"
+            + (f", load {load[0]}{under}" if load else ""))
+
+
+def render(data: dict[str, Any]) -> str:
+    m, results = data["machine"], data["sections"]
+    out = ["# Performance", "",
+           "<!-- generated by `make bench` (tests/docs/performance_page.py) from "
+           "docs/performance-results.json; do not edit by hand -->", "",
+           "The current result of each benchmark, with the commit, date, broker and load it was "
+           "measured at. `make bench` runs them all and regenerates this page; a benchmark "
+           "asserts only what makes its figure valid (every record arrived, none lost or "
+           "duplicated), never a speed. Ratios are taken within one run (same broker, same "
+           "data, same moment) and hold up better than absolute figures; re-run `make bench` "
+           "on your own machine before quoting any of them. Why the design is as it is: "
+           "[design.md](design.md) and [decisions/](decisions/).", "",
+           "## The machine", "", *_table(("", ""), [(k, str(v)) for k, v in m.items()])]
+    for key, title, what, table in BENCHMARKS:
+        out += ["", f"## {title}", "", what, ""]
+        if key == "latency":
+            rows = latency(results)
+            out += rows if len(rows) > 2 else ["No result recorded yet: run `make bench`."]
+            continue
+        s = results.get(key)
+        if s is None:
+            out.append("No result recorded yet: run `make bench`.")
+            continue
+        out += [f"Measured: {_stamp(s)}.", "", *table(s)]
+    return "\n".join(out) + "\n"
+
+
+def merge(data: dict[str, Any], fresh: dict[str, Section], commit: str,
+          broker: str) -> dict[str, Any]:
+    """Each section measured after the one kept replaces it, stamped with where it ran (the
+    results file keeps every benchmark's last run, so a section is new only once)."""
+    sections = dict(data["sections"])
+    for key, s in fresh.items():
+        kept = sections.get(key)
+        if kept is None or s["measured_at"] > kept["measured_at"]:
+            sections[key] = {**s, "commit": commit, "broker": broker}
+    return {**data, "sections": sections}
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--merge", type=Path, help="a results file `make bench` wrote")
+    p.add_argument("--check", action="store_true", help="exit 1 if the page is out of date")
+    args = p.parse_args(argv)
+    data = json.loads(RESULTS.read_text())
+    if args.merge is not None and args.merge.exists():
+        broker = {"tansu": "Tansu (embedded)"}.get(os.environ.get("CUTOVER_TEST_BROKER", ""),
+                                                   "Apache Kafka")
+        data = merge(data, json.loads(args.merge.read_text()), _commit(), broker)
+        RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    page = render(data)
+    if args.check:
+        if PAGE.read_text() != page:
+            print("docs/performance.md is out of date: run python -m tests.docs.performance_page",
+                  file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -127,6 +127,8 @@ class Assignment:
         ``parts``."""
         for owned in parts.values():
             owned.store.close()
+            self.board.partition_released(owned.route.settings.name, owned.partition,
+                                          owned.router.counters)
         if self.txn is not None:
             self.txn.drop(list(parts), discard=discard)
         if parts:
@@ -141,6 +143,8 @@ class Assignment:
             owned = self.owned.pop(key, None)
             if owned is not None:
                 owned.store.close()  # its unflushed identities are the aborted batch's
+                self.board.partition_released(owned.route.settings.name, owned.partition,
+                                              owned.router.counters)
         fresh = self._resume(consumer, sorted(keys))
         self.owned.update(fresh)
         for (_, p), owned in fresh.items():

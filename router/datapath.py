@@ -97,6 +97,8 @@ from router.watchdog import Progress, Watchdog
 log = logging.getLogger("cutover.router")
 
 POLL_S = 0.05
+# How often the consumer lag of the owned partitions is noted for /metrics.
+LAG_EVERY_S = 2.0
 # How long a partition whose output end was not answered stays set aside before it is asked
 # again.
 ENDS_RETRY_S = 0.5
@@ -141,6 +143,7 @@ class DataPath:
         self._paused: set[tuple[str, int]] = set()
         # Consumed records of set-aside partitions, per raw partition, in order.
         self._kept_back: dict[tuple[str, int], list[Message]] = {}
+        self._lag_noted = 0.0
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
@@ -378,6 +381,8 @@ class DataPath:
             if self._end.complete():
                 self.board.changed = True
             del msgs
+        if time.monotonic() - self._lag_noted >= LAG_EVERY_S:
+            self._note_lag()
         self.board.tick()
         self.progress.stepped(progressed)
         if progressed:
@@ -458,22 +463,37 @@ class DataPath:
         self._ends_retry.update(dict.fromkeys(unanswered, retry_at))
         return self._set_aside(msgs)
 
-    def _judge_stall(self) -> None:
-        """No progress for ``stall_after_s``: a stall if input waits on a partition this
-        worker owns (its position below the high watermark its last fetch saw; a partition
-        whose fetches never answered counts as waiting), else the worker is merely idle."""
+    def _positions(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per owned raw partition (topic, partition): where the worker stands (its consumer
+        position, or its resume offset before it consumed anything) and the high watermark its
+        last fetch saw (-1: no fetch answered yet). Local to the client: no request."""
         assert self._consumer is not None and self._parts is not None
         consumer = self._consumer
         tps = [TopicPartition(t, p) for t, p in self._parts.by_tp]
-        waiting: list[str] = []
+        out: dict[tuple[str, int], tuple[int, int]] = {}
         for tp in consumer.position(tps) if tps else []:
             owned = self._parts.by_tp[(tp.topic, tp.partition)]
             at = tp.offset if tp.offset >= 0 else \
                 owned.durability.next_offsets.get(tp.topic, 0)
             got = consumer.get_watermark_offsets(tp, cached=True)
-            high = got[1] if got is not None else -1
-            if high < 0 or at < high:
-                waiting.append(f"{tp.topic}:{tp.partition}")
+            out[(tp.topic, tp.partition)] = (at, got[1] if got is not None else -1)
+        return out
+
+    def _note_lag(self) -> None:
+        """The consumer lag of each owned raw partition, for /metrics."""
+        self._lag_noted = time.monotonic()
+        assert self._parts is not None
+        for (topic, p), (at, high) in self._positions().items():
+            if high >= 0:
+                owned = self._parts.by_tp[(topic, p)]
+                self.board.lag(owned.route.settings.name, p, high - at)
+
+    def _judge_stall(self) -> None:
+        """No progress for ``stall_after_s``: a stall if input waits on a partition this
+        worker owns (its position below the high watermark its last fetch saw; a partition
+        whose fetches never answered counts as waiting), else the worker is merely idle."""
+        waiting = [f"{topic}:{p}" for (topic, p), (at, high) in self._positions().items()
+                   if high < 0 or at < high]
         if not waiting:
             self.progress.idle()
             return
@@ -657,6 +677,7 @@ class DataPath:
                                    rec.value)
             elif outcome is Outcome.DEAD_LETTER:
                 writer.dead_letter(owned, ref, rec.key, rec.value, d.reason)
+                self.board.dead_lettered(owned.route.settings.name, d.reason or "")
             elif shadow:  # Outcome.SUPPRESS with a shadow topic
                 writer.shadow(owned, ref, rec.key, rec.value)
 

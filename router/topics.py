@@ -15,6 +15,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cutover.settings import RouterSettings
+from cutover.topic_configs import STATE_TOPIC_CONFIG
 from router.errors import RouterConfigError
 from router.identity import identity_function
 from router.kafka_io import client_conf, partitions_of
@@ -63,24 +64,15 @@ def check_routes(settings: RouterSettings) -> dict[str, RouteRuntime]:
     return routes
 
 
-# A takeover reads the checkpoint topic to its end, and a compacted topic's active segment is
-# never cleaned: with the broker's default segment.ms (seven days) it would read every
-# checkpoint written since the last roll (one per written partition per batch), and failover
-# would grow with uptime. Rolled every minute and cleaned at a low dirty ratio, the topic holds
-# the live checkpoints and a few minutes of writes.
-CHECKPOINT_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "60000",
-                           "min.cleanable.dirty.ratio": "0.1"}
-
-
 def ensure_checkpoint_topic(settings: RouterSettings, topic: str) -> None:
     """Create the compacted checkpoint topic if it is missing (one partition; the replication
     factor is left to the broker's default: create it yourself for more, with
-    ``CHECKPOINT_TOPIC_CONFIG``)."""
+    ``STATE_TOPIC_CONFIG``, or with ``cutover init``)."""
     admin = AdminClient(client_conf(settings, "admin"))
     if topic in admin.list_topics(timeout=10).topics:
         return
     fut: dict[str, Any] = admin.create_topics([NewTopic(topic, 1,
-                                                        config=CHECKPOINT_TOPIC_CONFIG)])
+                                                        config=STATE_TOPIC_CONFIG)])
     try:
         fut[topic].result(15)
     except KafkaException as exc:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from cutover.settings import RouterSettings, RouteSettings
+from cutover.topic_configs import STATE_TOPIC_CONFIG
 
 
 class TopicRole(StrEnum):
@@ -40,7 +41,7 @@ class TopicSpec(BaseModel):
     @property
     def config(self) -> dict[str, str]:
         """The configs set when the topic is created."""
-        return {"cleanup.policy": "compact"} if self.compacted else {}
+        return dict(STATE_TOPIC_CONFIG) if self.compacted else {}
 
 
 def route_topics(settings: RouterSettings, route: RouteSettings,

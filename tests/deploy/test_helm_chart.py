@@ -233,16 +233,11 @@ def test_the_service_monitor_scrapes_metrics_of_every_worker(secured: Rendered) 
 
 
 def metric_names_served() -> set[str]:
-    """Names of the metrics the router worker and the rollout serve (their sources)."""
-    names: set[str] = set()
-    publisher = (ROOT / "router" / "status_publisher.py").read_text()
-    names |= {f"cutover_{n}" for n in re.findall(r'\("([a-z_]+)", "(?:counter|gauge)"',
-                                                 publisher)}
-    names |= {f"cutover_{n}" for n in re.findall(r'metric\("([a-z_]+)"', publisher)}
+    """Names of the metrics the router worker and the rollout serve (their declarations)."""
     from cutover.rollout.metrics import METRICS
+    from router.status_publisher import METRICS as ROUTER_METRICS
 
-    names |= {f"cutover_{n}" for n in METRICS}
-    return names
+    return {f"cutover_{n}" for n in (*ROUTER_METRICS, *METRICS)}
 
 
 def test_alert_rules_use_only_metrics_that_are_served(secured: Rendered) -> None:
@@ -292,24 +287,19 @@ def init_script(r: Rendered) -> list[list[str]]:
             for part in line.split("||")]
 
 
-def test_the_init_job_creates_the_topics_then_publishes_the_first_plan(plain: Rendered) -> None:
+def test_the_init_job_runs_cutover_init_for_each_route(plain: Rendered) -> None:
     job = plain.one("Job")
     hooks = job["metadata"]["annotations"]["helm.sh/hook"].split(",")
     assert hooks == ["pre-install", "pre-upgrade"]
     cm = plain.one("ConfigMap", "-init")
     assert cm["metadata"]["annotations"]["helm.sh/hook-weight"] < \
         job["metadata"]["annotations"]["helm.sh/hook-weight"]
-    assert cm["data"]["create_topics.py"] == (CHART / "files" / "create_topics.py").read_text()
-    lines = init_script(plain)
-    assert lines[0][:2] == ["python", "/etc/cutover/init/create_topics.py"]
-    show, init = lines[1], lines[2]
-    for argv in (show, init):
-        assert argv[0] == "cutover"
-        parsed = build_parser(argv[1]).parse_args([a for a in argv[1:] if a != ">/dev/null"
-                                                   and a != "2>&1"])
-        assert parsed.route == "totals"
-        assert parsed.config == "/etc/cutover/init/router.yaml"
-    assert init[1:3] == ["plan", "init"] and init[init.index("--primary") + 1] == "blue"
+    (init,) = init_script(plain)
+    assert init[:2] == ["cutover", "init"]
+    parsed = build_parser("init").parse_args(init[1:])
+    assert parsed.route == "totals" and parsed.primary == "blue"
+    assert parsed.config == "/etc/cutover/init/router.yaml"
+    assert parsed.partitions == 4 and parsed.replication_factor == -1
     assert yaml.safe_load(cm["data"]["router.yaml"]) == \
         yaml.safe_load(plain.one("ConfigMap", "cutover-router")["data"]["router.yaml"])
 
@@ -318,7 +308,7 @@ def test_each_route_gets_the_first_primary_unless_named_otherwise(tmp: Path) -> 
     routes = [{"name": n, "inputs": [f"{n}.raw"], "output": n} for n in ("a", "b")]
     r = render(tmp, {"settings": {"bootstrap": "k:9092", "routes": routes},
                      "init": {"firstPrimary": "v1", "firstPrimaryOf": {"b": "v7"}}})
-    inits = [argv for argv in init_script(r) if argv[1:3] == ["plan", "init"]]
+    inits = [argv for argv in init_script(r) if argv[:2] == ["cutover", "init"]]
     firsts = {argv[argv.index("--route") + 1]: argv[argv.index("--primary") + 1]
               for argv in inits}
     assert firsts == {"a": "v1", "b": "v7"}

@@ -11,6 +11,43 @@ MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:c
 
 .PHONY: demo test test-all bench conformance lint clean jvm
 
+# --- the supported-versions matrix: Spark 3.5 LTS and Apache Kafka 3.9 beside the pinned 4.x ---
+# `make test-spark35`: the tagger's job shapes, kill -9 replay and the real-Spark conformance
+# cells on pyspark 3.5 with Spark's Kafka connector for 3.5 (a second venv, .venv-spark35).
+# `make test-kafka39`: the router's integration tests on Apache Kafka 3.9 (KRaft).
+SPARK35      := 3.5.7
+SPARK35_VENV ?= .venv-spark35
+SPARK35_PY   := $(SPARK35_VENV)/bin/python
+SPARK35_STAMP := $(SPARK35_VENV)/.installed-stamp
+MATRIX_STAMP := $(JVM_CACHE)/.matrix-fetched-stamp
+.PHONY: jvm-matrix test-spark35 test-kafka39
+
+$(SPARK35_STAMP): pyproject.toml setup.py router/_fastpath.c
+	@test -x $(SPARK35_PY) || $(PYTHON) -m venv $(SPARK35_VENV)
+	@echo "installing cutover with pyspark $(SPARK35) into $(SPARK35_VENV) ..."
+	@$(SPARK35_PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(SPARK35_PY) -m pip install -q --disable-pip-version-check -e '.[test]' \
+	  'pyspark[connect]==$(SPARK35)'
+	@touch $(SPARK35_STAMP)
+
+$(MATRIX_STAMP): jvm/kafka-broker-3.9.pom.xml jvm/spark-kafka-3.5.pom.xml
+	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
+	@echo "fetching Apache Kafka 3.9 and Spark 3.5's Kafka connector into $(JVM_CACHE) (once) ..."
+	@rm -rf $(JVM_CACHE)/kafka-3.9 $(JVM_CACHE)/spark-kafka-3.5
+	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/kafka-3.9
+	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.12,spark-token-provider-kafka-0-10_2.12,kafka-clients,commons-pool2
+	@touch $(MATRIX_STAMP)
+
+jvm-matrix: $(MATRIX_STAMP)
+
+test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
+	CUTOVER_SPARK_KAFKA_JARS=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	  $(SPARK35_PY) -m pytest -m 'spark35 and not bench' tests
+
+test-kafka39: $(STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
+	CUTOVER_KAFKA_LIBS=$(CURDIR)/$(JVM_CACHE)/kafka-3.9 $(PY) -m pytest -m 'kafka39' tests
+
 $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from spark_tagger.spark_version import classic_dataframe, dataset_of_rows
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -108,7 +110,6 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
     import json
 
     from pyspark.errors import AnalysisException
-    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
     spark = df.sparkSession
     jvm = spark._jvm  # type: ignore[attr-defined]
@@ -121,8 +122,7 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
         spine.append(children[0])
 
     def frame(plan: Any) -> DataFrame:
-        jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan)  # type: ignore[attr-defined]
-        return ClassicDataFrame(jdf, spark)  # type: ignore[arg-type]
+        return classic_dataframe(dataset_of_rows(spark, plan), spark)  # type: ignore[no-any-return]
 
     chosen: tuple[int, DataFrame, str, str] | None = None  # depth, frame, sql, description
     carried = _carried(jvm, spine)

@@ -28,11 +28,10 @@ from spark_tagger.batch_writer import save_tagged
 from spark_tagger.connect import install_connect
 from spark_tagger.event_time import EventTimeError, attach_event_time
 from spark_tagger.foreach_batch import TaggedForeachBatch
-from spark_tagger.kafka_source import NAME as PY_KAFKA
-from spark_tagger.kafka_source import CutoverKafka
 from spark_tagger.options import KafkaOptionError, SinkOptions
 from spark_tagger.output_modes import check_output_mode
 from spark_tagger.refusal import TaggerError
+from spark_tagger.spark_version import connector_coordinates, has_python_data_sources
 from spark_tagger.tagger import BatchTagger, TagSettings
 
 JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -51,16 +50,27 @@ def jvm_kafka_available(spark: Any) -> bool:
 
 
 def use_python_kafka(spark: Any) -> bool:
+    """Whether the pure-Python source serves the job's Kafka reads; on Spark 3.5, which has no
+    Python data source API, a read that would need it is refused with the fix."""
     mode = _settings.kafka_source if _settings is not None else "auto"
-    if mode == "python":
-        return True
-    if mode == "jvm":
-        return False
-    return not jvm_kafka_available(spark)
+    python = mode == "python" or (mode == "auto" and not jvm_kafka_available(spark))
+    if python and not has_python_data_sources():
+        import pyspark
+
+        why = ("--kafka-source python was asked for" if mode == "python"
+               else "Spark's Kafka connector is not on the job's classpath")
+        raise TaggerError(
+            f"the job reads Kafka, {why}, and pyspark {pyspark.__version__} has no Python data "
+            "source API (Spark 4) for the tagger's own source: add the connector, e.g. "
+            f"--conf spark.jars.packages={connector_coordinates()} (or spark.jars with its "
+            "jars)")
+    return python
 
 
 def ensure_registered(spark: Any) -> None:
     """Register ``cutover_kafka`` once per session (registration is per session)."""
+    from spark_tagger.kafka_source import CutoverKafka
+
     jss = spark._jsparkSession
     if getattr(spark, "_cutover_kafka_registered", None) is jss:
         return
@@ -120,6 +130,8 @@ def install(settings: TagSettings) -> None:
                 python = use_python_kafka(self._spark)
                 _say_reader(python)
                 if python:
+                    from spark_tagger.kafka_source import NAME as PY_KAFKA
+
                     ensure_registered(self._spark)
                     source = PY_KAFKA
             return original(self, source)

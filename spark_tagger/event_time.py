@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_tagger.spark_version import classic_dataframe, dataset_of_rows
+from spark_tagger.spark_version import classic_dataframe, dataset_of_rows, java_list, scala_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -43,14 +43,14 @@ class Found(BaseModel):
 
 
 def _seq(jvm: Any, scala_seq: Any) -> list[Any]:
-    return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_seq))
+    return list(java_list(jvm, scala_seq))
 
 
 def _to_scala_seq(jvm: Any, items: list[Any]) -> Any:
     jlist = jvm.java.util.ArrayList()
     for item in items:
         jlist.add(item)
-    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(jlist).toSeq()
+    return scala_seq(jvm, jlist)
 
 
 def _quote(name: str) -> str:

@@ -348,13 +348,22 @@ def _connect_requested(options: dict[str, Any]) -> str | None:
 
 def _connect_needs_client(served: bool) -> None:
     """Patch ``SparkSession.Builder.getOrCreate``: without PySpark's Connect client installed,
-    a Connect session is refused at creation with the fix, instead of an import error."""
+    a Connect session is refused at creation with the fix, instead of an import error; on
+    Spark 3.5, whose Connect client the tagger does not patch, with the alternatives."""
     from pyspark.sql.session import SparkSession
 
     builder = SparkSession.Builder
 
     def get_or_create(self: Any) -> Any:
         how = _connect_requested(dict(self._options))
+        if how is not None and not has_python_data_sources():
+            import pyspark
+
+            raise TaggerError(
+                f"the job builds a Spark Connect session ({how}); on pyspark "
+                f"{pyspark.__version__} the tagger serves classic sessions only (it tags "
+                "Connect jobs from Spark 4 on): run the job with a classic SparkSession on "
+                "Spark 3.5, or on Spark Connect with pyspark 4")
         if how is not None and not served:
             raise TaggerError(
                 f"the job builds a Spark Connect session ({how}) but PySpark's Connect client "
@@ -370,7 +379,7 @@ def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     install(settings)
-    _connect_needs_client(install_connect(settings, _patch))
+    _connect_needs_client(has_python_data_sources() and install_connect(settings, _patch))
     job_dir = os.path.dirname(os.path.abspath(job))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [job, *args]

@@ -1,7 +1,8 @@
 """Which Spark the tagger runs on, and what differs between Spark 3.5 and Spark 4.
 
 Spark 3.5 (the long-term-support line of the managed platforms) has no Python data source API
-and no ``pyspark.sql.classic`` package: its DataFrame and Dataset classes live one package up.
+and no ``pyspark.sql.classic`` package: its DataFrame and Dataset classes live one package up,
+and its Scala is 2.12, whose collection converters are not 2.13's.
 The tagger's writes work the same on both (``foreachBatch`` and ``mapInArrow``); a job's Kafka
 reads on 3.5 need Spark's own connector, since the pure-Python source (:mod:`.kafka_source`)
 rests on the data source API.
@@ -52,3 +53,17 @@ def dataset_of_rows(spark: Any, plan: Any) -> Any:
     datasets = (jvm.org.apache.spark.sql.classic.Dataset if spark_version() >= (4, 0)
                 else jvm.org.apache.spark.sql.Dataset)
     return datasets.ofRows(spark._jsparkSession, plan)
+
+
+def java_list(jvm: Any, seq: Any) -> Any:
+    """A Scala ``Seq`` as a ``java.util.List``."""
+    if spark_version() >= (4, 0):
+        return jvm.scala.jdk.javaapi.CollectionConverters.asJava(seq)
+    return jvm.scala.collection.JavaConverters.seqAsJavaListConverter(seq).asJava()
+
+
+def scala_seq(jvm: Any, items: Any) -> Any:
+    """A ``java.util.List`` as a Scala ``Seq``."""
+    if spark_version() >= (4, 0):
+        return jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toSeq()
+    return jvm.scala.collection.JavaConverters.asScalaBufferConverter(items).asScala().toSeq()

@@ -121,6 +121,22 @@ def test_kafka_read_without_the_connector_on_spark35_stops_naming_the_package(
     assert read_topic(bootstrap, tout) == []
 
 
+@pytest.mark.spark
+@pytest.mark.skipif(has_python_data_sources(), reason="Spark 4's Connect jobs are tagged")
+def test_a_spark_connect_job_on_spark35_stops_at_start_naming_the_alternatives(
+    tmp_path: Path
+) -> None:
+    res = _run(tag_command("blue", JOBS / "windowed_totals_connect.py",
+                           ["--bootstrap", "127.0.0.1:1", "--input", "in", "--output", "out",
+                            "--checkpoint", str(tmp_path / "ck"), "--remote", "local[2]"]))
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("cutover tag: the job builds a Spark Connect session "), last
+    assert "run the job with a classic SparkSession on Spark 3.5, or on Spark Connect with " \
+           "pyspark 4" in last
+    assert "Traceback" not in res.stderr
+
+
 def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:
     res = _run(tag_command("blue", JOBS / "windowed_totals.py", [], flags=["--conf", "nokey"]))
     assert res.returncode == 2 and "is not KEY=VALUE" in res.stderr

@@ -374,6 +374,24 @@ def _connect_needs_client(served: bool) -> None:
     _patch(builder, "getOrCreate", get_or_create)
 
 
+def missing_kafka_connector(exc: BaseException) -> str | None:
+    """The sentence for Spark's "Failed to find data source: kafka", or None for any other
+    error. On Spark Connect it comes from the server, which needs the connector itself."""
+    text = str(exc)
+    if "Failed to find data source: kafka" not in text and not (
+            "DATA_SOURCE_NOT_FOUND" in text and "kafka" in text.lower()):
+        return None
+    coordinates = connector_coordinates()
+    if type(exc).__module__.startswith("pyspark.errors.exceptions.connect"):
+        return ("the job reads or writes Kafka but the Spark Connect server has no Kafka "
+                "connector (Failed to find data source: kafka): start a local server with "
+                f"--conf spark.jars.packages={coordinates} (or spark.jars with its jars), or "
+                f"install {coordinates} as a library of the remote cluster")
+    return ("the job reads or writes Kafka but Spark's Kafka connector is not on its classpath "
+            f"(Failed to find data source: kafka): add --conf spark.jars.packages={coordinates}"
+            " (or spark.jars with its jars)")
+
+
 def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -386,6 +404,13 @@ def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     sys.path.insert(0, job_dir)
     try:
         runpy.run_path(job, run_name="__main__")
+    except TaggerError:
+        raise
+    except Exception as exc:
+        sentence = missing_kafka_connector(exc)
+        if sentence is None:
+            raise
+        raise TaggerError(sentence) from None
     except SystemExit as exc:
         code = exc.code
         if code is None:

@@ -58,6 +58,7 @@ _SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;
 _OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 _OAUTH_VALIDATOR = ("org.apache.kafka.common.security.oauthbearer."
                     "OAuthBearerValidatorCallbackHandler")
+_BROKER_JWT_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator"
 # Apache Kafka 4 reads JWKS only from addresses this JVM system property allows.
 OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
 
@@ -148,6 +149,10 @@ class SecureListeners:
                 "sasl.oauthbearer.jwks.endpoint.url": self.oidc.jwks_url,
                 "sasl.oauthbearer.expected.issuer": self.oidc.issuer,
                 "sasl.oauthbearer.expected.audience": self.oidc.audience,
+                # Apache Kafka 4.1's default JWT validator on a broker is the client's, which
+                # checks no signature (a token signed with any key got in): name the broker's,
+                # which checks it against the JWKS. Kafka 3.9 has no such setting and checks.
+                "sasl.oauthbearer.jwt.validator.class": _BROKER_JWT_VALIDATOR,
             })
         if self.plain_users:
             users = " ".join(f"user_{u}={_jaas_quote(p)}" for u, p in self.plain_users.items())

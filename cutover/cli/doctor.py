@@ -18,7 +18,8 @@ on each resource. Chosen over the alternatives because
 A SASL/OAUTHBEARER (OIDC) identity's principal is the ``sub`` of its token, so the doctor asks
 the token endpoint for one first, as the client would, and names the principal the ACLs must
 grant; a refused client id or secret is told before any broker is asked. Logins cutover's
-clients cannot make (Kerberos, AWS IAM) are refused with the alternatives.
+clients cannot make (Kerberos, AWS IAM) are refused with the alternatives when the settings
+are read (:mod:`cutover.settings`).
 
 Asking needs only what the principal holds already: a topic or group on which it has no right
 at all is refused (``TOPIC_AUTHORIZATION_FAILED``), which the doctor reports as "no right"; a
@@ -60,7 +61,6 @@ from cutover.kafka_errors import (
     mechanism_of,
     principal_of,
     transactional_id_refused,
-    unsupported_login,
 )
 from cutover.secrets import resolve_secrets
 from cutover.settings import RouterSettings, SettingsError, load_settings
@@ -147,11 +147,7 @@ def token_subject(conf: Mapping[str, Any], timeout: float = 10.0) -> str:
 
 
 def connect(conf: Mapping[str, Any]) -> AdminClient:
-    """An admin client that has answered a metadata request; a sentence when refused, or
-    at once for a login cutover's clients cannot make."""
-    problem = unsupported_login(conf)
-    if problem is not None:
-        raise CliError(f"cannot connect to Kafka at {conf['bootstrap.servers']}: {problem}", 2)
+    """An admin client that has answered a metadata request; a sentence when refused."""
     errors = ClientErrors()
     admin = AdminClient({**conf, "error_cb": errors})
     try:
@@ -226,9 +222,6 @@ def examine(settings: RouterSettings, role: Role, route: str | None = None,
             job_topic: str | None = None) -> DoctorReport:
     """Connect as the settings' principal and compare what the broker allows with the table."""
     conf = _client_conf(settings)
-    problem = unsupported_login(conf)
-    if problem is not None:
-        raise CliError(f"cannot connect to Kafka at {settings.bootstrap}: {problem}", 2)
     subject = token_subject(conf) if mechanism_of(conf) == "OAUTHBEARER" else None
     admin = connect(conf)
     needed = required_rights(settings, role, route, job_topic)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cutover.kafka_errors import principal_of, unsupported_login
+from cutover.settings import SettingsError, parse_settings
 from spark_tagger.options import KafkaOptionError, kafka_params
 
 OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -77,3 +78,15 @@ def test_a_job_asking_for_kerberos_or_aws_iam_is_refused(options: dict[str, str]
     with pytest.raises(KafkaOptionError) as exc:
         kafka_params({"kafka.bootstrap.servers": "k:9093", **options})
     assert "are not supported by cutover's Kafka clients" in str(exc.value)
+
+
+def test_settings_with_a_login_the_clients_cannot_make_are_refused_when_read() -> None:
+    """The router, every command and the doctor read their settings first: a Kerberos login
+    stops there, naming the file and the logins that work, before any client is built."""
+    with pytest.raises(SettingsError) as exc:
+        parse_settings({"bootstrap": "k:9093", "kafka": {"sasl.mechanism": "GSSAPI"},
+                        "routes": [{"name": "r", "inputs": ["r.raw"], "output": "r.out"}]},
+                       "router.yaml")
+    assert str(exc.value).startswith("router.yaml: kafka: Kerberos logins (sasl.mechanism "
+                                     "GSSAPI) are not supported")
+    assert "SASL/OAUTHBEARER with OIDC client credentials" in str(exc.value)

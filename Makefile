@@ -47,8 +47,8 @@ jvm-matrix: $(MATRIX_STAMP)
 
 # every job shape (plain sink, update mode, stream-stream join, foreachBatch with several
 # sinks; Connect and connector-less reads refused), kill -9 replay, the plain-sink and
-# foreachBatch conformance cells through the router. Several queries in one job rest on no
-# Spark-version-specific code and run in make test-all only (CI's 45 minutes).
+# foreachBatch conformance cells through the router. The kill tests of several queries in one
+# job rest on no Spark-version-specific code and run on Spark 4 only (CI's 45 minutes).
 SPARK35_SKIP  := not several-queries and not sharing_a_topic
 SPARK35_TESTS := tests/spark/test_tagging_writer.py tests/spark/test_event_time.py \
   tests/spark/test_launcher_errors.py tests/spark/test_foreach_batch_writes.py \

@@ -19,6 +19,62 @@ MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:c
 
 .PHONY: demo test test-all bench conformance soak lint clean jvm helm wheel-check
 
+# --- the supported-versions matrix: Spark 3.5 LTS and Apache Kafka 3.9 beside the pinned 4.x ---
+# `make test-spark35`: the tagger's job shapes, kill -9 replay and the real-Spark conformance
+# cells on pyspark 3.5 with Spark's Kafka connector for 3.5 (a second venv, .venv-spark35, which
+# also holds the lowest confluent-kafka pyproject allows; .venv has the newest).
+# `make test-kafka39`: the router's integration tests on Apache Kafka 3.9 (KRaft), with that
+# lowest confluent-kafka.
+# pyspark 3.5 needs NumPy 1, which pyarrow 20 and later no longer work with.
+SPARK35      := 3.5.7
+LOWEST_CONFLUENT_KAFKA := 2.13.0
+SPARK35_VENV ?= .venv-spark35
+SPARK35_PY   := $(SPARK35_VENV)/bin/python
+SPARK35_STAMP := $(SPARK35_VENV)/.installed-stamp
+MATRIX_STAMP := $(JVM_CACHE)/.matrix-fetched-stamp
+.PHONY: jvm-matrix test-spark35 test-kafka39
+
+$(SPARK35_STAMP): pyproject.toml setup.py router/_fastpath.c
+	@test -x $(SPARK35_PY) || $(PYTHON) -m venv $(SPARK35_VENV)
+	@echo "installing cutover with pyspark $(SPARK35) into $(SPARK35_VENV) ..."
+	@$(SPARK35_PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(SPARK35_PY) -m pip install -q --disable-pip-version-check -e '.[test]' \
+	  'pyspark[connect]==$(SPARK35)' 'pyarrow<20' 'confluent-kafka==$(LOWEST_CONFLUENT_KAFKA)'
+	@touch $(SPARK35_STAMP)
+
+$(MATRIX_STAMP): jvm/kafka-broker-3.9.pom.xml jvm/spark-kafka-3.5.pom.xml
+	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
+	@echo "fetching Apache Kafka 3.9 and Spark 3.5's Kafka connector into $(JVM_CACHE) (once) ..."
+	@rm -rf $(JVM_CACHE)/kafka-3.9 $(JVM_CACHE)/spark-kafka-3.5
+	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/kafka-3.9
+	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.12,spark-token-provider-kafka-0-10_2.12,kafka-clients,commons-pool2
+	@touch $(MATRIX_STAMP)
+
+jvm-matrix: $(MATRIX_STAMP)
+
+# every job shape (plain sink, update mode, stream-stream join, foreachBatch with several
+# sinks; Connect and connector-less reads refused), kill -9 replay, the plain-sink and
+# foreachBatch conformance cells through the router. The kill tests of several queries in one
+# job rest on no Spark-version-specific code and run on Spark 4 only (CI's 45 minutes).
+SPARK35_SKIP  := not several-queries and not sharing_a_topic
+SPARK35_TESTS := tests/spark/test_tagging_writer.py tests/spark/test_event_time.py \
+  tests/spark/test_launcher_errors.py tests/spark/test_foreach_batch_writes.py \
+  tests/spark/test_kill_restart.py tests/spark/test_kill_restart_shapes.py \
+  tests/spark/test_router_blue_green.py tests/spark/test_foreach_batch_router.py
+# transactions, fencing, read-back after a crash, kill -9 and rebalances, the switch; and the
+# compiled path's direct reads of the lowest client's records
+KAFKA39_TESTS := tests/integration/test_router_transactions.py \
+  tests/integration/test_router_fencing.py tests/integration/test_router_switch.py \
+  tests/integration/test_router_failures.py tests/unit/test_compiled_path.py
+
+test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
+	CUTOVER_SPARK_KAFKA_JARS=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	  $(SPARK35_PY) -m pytest -m 'not bench' -k '$(SPARK35_SKIP)' $(SPARK35_TESTS)
+
+test-kafka39: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
+	CUTOVER_KAFKA_LIBS=$(CURDIR)/$(JVM_CACHE)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
+
 $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -1,7 +1,8 @@
 """Apache Kafka in KRaft mode, started on loopback: the reference broker of the test ground.
 
 ``make jvm`` copies the ``kafka_2.13`` jars and their runtime dependencies from Maven Central
-into ``.cache/jvm/kafka`` (``CUTOVER_KAFKA_LIBS`` points elsewhere). Each node runs as one JVM
+into ``.cache/jvm/kafka`` (``CUTOVER_KAFKA_LIBS`` points elsewhere: ``make jvm-kafka39`` fetches
+Apache Kafka 3.9 into ``.cache/jvm/kafka-3.9`` for the 3.x runs). Each node runs as one JVM
 in combined mode (``process.roles=broker,controller``) with a static controller quorum, so a
 single broker and a three-broker cluster (replication 3, ``min.insync.replicas=2``) are the
 same code. Heaps are small (a 2-core, 24 GiB machine runs three brokers next to Spark JVMs).
@@ -65,6 +66,15 @@ logger.state.name = state.change.logger
 logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
+"""
+# Kafka 3.x logs through reload4j (log4j 1): the same console log, in its format.
+_LOG4J1 = """\
+log4j.rootLogger=INFO, out
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
 """
 
 
@@ -144,6 +154,7 @@ class KafkaCluster:
             self._own_root = True
         self.nodes = [KafkaNode(i + 1) for i in range(self.size)]
         (self.root / "log4j2.properties").write_text(_LOG4J2)
+        (self.root / "log4j.properties").write_text(_LOG4J1)
         try:
             for node in self.nodes:
                 self._write_config(node)
@@ -221,6 +232,7 @@ class KafkaCluster:
             "java", f"-Xmx{heap}", "-Xms64m", "-XX:+UseSerialGC", "-Xss1m",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+            f"-Dlog4j.configuration=file:{self.root / 'log4j.properties'}",
             "-cp", f"{libs}/*", main, *args,
         ]
 

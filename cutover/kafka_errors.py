@@ -67,12 +67,49 @@ def list_topics(admin: AdminClient, errors: ClientErrors, timeout: float) -> Clu
                 raise
 
 
+def mechanism_of(conf: Mapping[str, Any]) -> str:
+    """The SASL mechanism the client logs in with (upper case), or ``""``."""
+    return str(conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "").strip().upper()
+
+
 def principal_of(conf: Mapping[str, Any]) -> str:
-    """How the client identifies itself, for messages: ``user 'router'`` or the protocol."""
+    """How the client identifies itself, for messages: ``user 'router'``, ``OAuth client
+    'router'`` or the protocol."""
+    if mechanism_of(conf) == "OAUTHBEARER":
+        client = conf.get("sasl.oauthbearer.client.id")
+        return f"OAuth client {client!r}" if client else "an OAUTHBEARER client"
     user = conf.get("sasl.username")
     if user:
         return f"user {user!r}"
     return f"an unauthenticated {str(conf.get('security.protocol', 'PLAINTEXT')).upper()} client"
+
+
+SUPPORTED_LOGINS = ("SASL/SCRAM, SASL/PLAIN over TLS, SASL/OAUTHBEARER with OIDC client "
+                    "credentials (sasl.oauthbearer.method: oidc) or mutual TLS")
+
+
+def unsupported_login(conf: Mapping[str, Any]) -> str | None:
+    """A sentence for a login cutover's Kafka clients (librdkafka, as the wheel builds it)
+    cannot make, naming what to use instead; None when the login is one they make."""
+    mechanism = mechanism_of(conf)
+    jaas = str(conf.get("sasl.jaas.config") or "")
+    if mechanism == "GSSAPI":
+        return ("Kerberos logins (sasl.mechanism GSSAPI) are not supported by cutover's Kafka "
+                "clients (their librdkafka has no Kerberos); give cutover's identities "
+                f"{SUPPORTED_LOGINS} instead")
+    if mechanism == "AWS_MSK_IAM" or "IAMLoginModule" in jaas or (
+            mechanism == "OAUTHBEARER" and "IAMOAuthBearerLoginCallbackHandler"
+            in str(conf.get("sasl.login.callback.handler.class") or "")):
+        return ("AWS IAM logins (AWS_MSK_IAM) are not supported by cutover's Kafka clients; "
+                "Amazon MSK also takes SASL/SCRAM (credentials in AWS Secrets Manager) and "
+                "mutual TLS: enable one of them on the cluster for cutover's identities")
+    if mechanism == "OAUTHBEARER" and str(conf.get("sasl.oauthbearer.method") or
+                                          "default").lower() != "oidc":
+        return ("SASL/OAUTHBEARER needs sasl.oauthbearer.method: oidc with "
+                "sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id and "
+                "sasl.oauthbearer.client.secret (the OIDC client-credentials login); the "
+                "unsecured default method is for tests only")
+    return None
 
 
 def _first_address(conf: Mapping[str, Any]) -> tuple[str, int]:
@@ -122,6 +159,8 @@ def explain_connect_failure(conf: Mapping[str, Any], errors: ClientErrors,
     """One sentence for a client that could not get metadata: the refused login, the
     certificate and why, or ``fallback`` (e.g. the client's last connection failure)."""
     auth = errors.first(KafkaError._AUTHENTICATION)
+    if auth is not None and mechanism_of(conf) == "OAUTHBEARER":
+        return oauth_failure(conf, auth.str())
     if auth is not None:
         mechanism = conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "SASL"
         return (f"authentication failed: the broker refused the {mechanism} login of "
@@ -133,6 +172,20 @@ def explain_connect_failure(conf: Mapping[str, Any], errors: ClientErrors,
             return diagnose_tls(conf)
         return f"the TLS handshake failed ({tls.str()}); check the ssl.* settings"
     return fallback
+
+
+def oauth_failure(conf: Mapping[str, Any], told: str) -> str:
+    """A failed OAUTHBEARER login: the token endpoint refused the client (or could not be
+    reached), or the broker refused its token."""
+    who = principal_of(conf)
+    endpoint = conf.get("sasl.oauthbearer.token.endpoint.url")
+    if "failed to acquire sasl oauthbearer token" in told.lower():  # librdkafka's words
+        return (f"the token endpoint {endpoint} gave {who} no token ({told}); check "
+                "sasl.oauthbearer.token.endpoint.url, sasl.oauthbearer.client.id and the secret "
+                "sasl.oauthbearer.client.secret refers to")
+    return (f"authentication failed: the broker refused the OAUTHBEARER token of {who} "
+            f"({told}); check that the broker trusts the issuer of {endpoint} (its JWKS, "
+            "expected issuer and audience) and sasl.oauthbearer.scope")
 
 
 def denial(err: KafkaError | None, topic: str, conf: Mapping[str, Any],

@@ -11,7 +11,12 @@ cluster is secured:
 * ``StandardAuthorizer`` (KRaft's ACL store) with ``allow.everyone.if.no.acl.found=false``:
   whatever no ACL grants is refused;
 * an optional second client listener (``EXPIRED``) presents a certificate that expired ten
-  days ago, so a test can show what a client is told about it without a second broker.
+  days ago, so a test can show what a client is told about it without a second broker;
+* with an OIDC provider's JWKS address, a ``SASL_SSL`` listener (``OAUTH``) takes
+  SASL/OAUTHBEARER logins and validates their JWTs against it (issuer and audience checked),
+  as managed Kafka with OAuth does; the principal is ``User:<the token's sub>``;
+* with PLAIN users, a ``SASL_SSL`` listener (``PLAINTLS``) takes SASL/PLAIN logins, the shape
+  Confluent Cloud's API keys use.
 
 Users and ACLs are made through the admin API as the super user (over ``INTERNAL``), so no
 password ever appears on a command line, and a test can change a password while a client
@@ -21,6 +26,7 @@ retries. Certificates come from :mod:`cutover.throwaway_pki`.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +55,25 @@ SUPER_USER = f"User:CN={BROKER_CN}"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+_OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+_OAUTH_VALIDATOR = ("org.apache.kafka.common.security.oauthbearer."
+                    "OAuthBearerValidatorCallbackHandler")
+_BROKER_JWT_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator"
+# Apache Kafka 4 reads JWKS only from addresses this JVM system property allows.
+OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+
+
+@dataclass(frozen=True)
+class OidcTrust:
+    """What the brokers check a SASL/OAUTHBEARER login's JWT against."""
+
+    jwks_url: str
+    issuer: str
+    audience: str
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @dataclass
@@ -57,11 +82,15 @@ class SecureListeners:
 
     pki: Path
     with_expired_listener: bool = True
+    oidc: OidcTrust | None = None
+    plain_users: dict[str, str] = field(default_factory=dict)
     ca: ThrowawayCA = field(init=False)
     broker_cert: CertFiles = field(init=False)
     expired_cert: CertFiles = field(init=False)
     internal_ports: dict[int, int] = field(default_factory=dict)
     expired_ports: dict[int, int] = field(default_factory=dict)
+    oauth_ports: dict[int, int] = field(default_factory=dict)
+    plain_ports: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ca = ThrowawayCA(self.pki)
@@ -80,6 +109,14 @@ class SecureListeners:
         if self.with_expired_listener:
             listeners.append(f"EXPIRED://127.0.0.1:{expired}")
             protocols.append("EXPIRED:SASL_SSL")
+        if self.oidc is not None:
+            port = self.oauth_ports.setdefault(node.node_id, free_port())
+            listeners.append(f"OAUTH://127.0.0.1:{port}")
+            protocols.append("OAUTH:SASL_SSL")
+        if self.plain_users:
+            port = self.plain_ports.setdefault(node.node_id, free_port())
+            listeners.append(f"PLAINTLS://127.0.0.1:{port}")
+            protocols.append("PLAINTLS:SASL_SSL")
         props: dict[str, Any] = {
             "listeners": ",".join([*listeners,
                                    f"CONTROLLER://127.0.0.1:{node.controller_port}"]),
@@ -103,6 +140,27 @@ class SecureListeners:
             props["listener.name.expired.scram-sha-512.sasl.jaas.config"] = _SCRAM_JAAS
             props["listener.name.expired.ssl.keystore.type"] = "PEM"
             props["listener.name.expired.ssl.keystore.location"] = self.expired_cert.keystore
+        if self.oidc is not None:
+            props.update({
+                "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+                "listener.name.oauth.oauthbearer.sasl.jaas.config": _OAUTH_JAAS,
+                "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class":
+                    _OAUTH_VALIDATOR,
+                "sasl.oauthbearer.jwks.endpoint.url": self.oidc.jwks_url,
+                "sasl.oauthbearer.expected.issuer": self.oidc.issuer,
+                "sasl.oauthbearer.expected.audience": self.oidc.audience,
+                # Apache Kafka 4.1's default JWT validator on a broker is the client's, which
+                # checks no signature (a token signed with any key got in): name the broker's,
+                # which checks it against the JWKS. Kafka 3.9 has no such setting and checks.
+                "sasl.oauthbearer.jwt.validator.class": _BROKER_JWT_VALIDATOR,
+            })
+        if self.plain_users:
+            users = " ".join(f"user_{u}={_jaas_quote(p)}" for u, p in self.plain_users.items())
+            props.update({
+                "listener.name.plaintls.sasl.enabled.mechanisms": "PLAIN",
+                "listener.name.plaintls.plain.sasl.jaas.config":
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+            })
         return props
 
     def admin_conf(self, node: KafkaNode) -> dict[str, Any]:
@@ -129,6 +187,18 @@ class SecuredKafka:
     def expired_bootstrap(self) -> str:
         """Client listeners whose certificate expired ten days ago."""
         return ",".join(f"127.0.0.1:{self.listeners.expired_ports[n.node_id]}"
+                        for n in self.cluster.nodes)
+
+    @property
+    def oauth_bootstrap(self) -> str:
+        """The SASL_SSL listeners that take OAUTHBEARER logins (JWTs of the OIDC provider)."""
+        return ",".join(f"127.0.0.1:{self.listeners.oauth_ports[n.node_id]}"
+                        for n in self.cluster.nodes)
+
+    @property
+    def plain_bootstrap(self) -> str:
+        """The SASL_SSL listeners that take PLAIN logins."""
+        return ",".join(f"127.0.0.1:{self.listeners.plain_ports[n.node_id]}"
                         for n in self.cluster.nodes)
 
     @property
@@ -182,9 +252,35 @@ class SecuredKafka:
 
 
 @contextlib.contextmanager
-def secured_kafka(root: Path, size: int = 1) -> Iterator[SecuredKafka]:
-    """Start a secured cluster under ``root`` (certificates in ``root/pki``); stop it after."""
-    listeners = SecureListeners(root / "pki")
+def _jvm_allows(urls: list[str]) -> Iterator[None]:
+    """Brokers started inside see ``urls`` allowed as OAUTHBEARER endpoints (a JVM system
+    property, passed as ``JAVA_TOOL_OPTIONS``, which every JVM reads at start)."""
+    if not urls:
+        yield
+        return
+    before = os.environ.get("JAVA_TOOL_OPTIONS")
+    os.environ["JAVA_TOOL_OPTIONS"] = " ".join(
+        filter(None, [before, f"-D{OAUTH_ALLOWED_URLS}={','.join(urls)}"]))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("JAVA_TOOL_OPTIONS", None)
+        else:
+            os.environ["JAVA_TOOL_OPTIONS"] = before
+
+
+@contextlib.contextmanager
+def secured_kafka(root: Path, size: int = 1, oidc: OidcTrust | None = None,
+                  plain_users: dict[str, str] | None = None) -> Iterator[SecuredKafka]:
+    """Start a secured cluster under ``root`` (certificates in ``root/pki``); stop it after.
+    ``oidc`` adds the OAUTHBEARER listener, ``plain_users`` the PLAIN one."""
+    listeners = SecureListeners(root / "pki", oidc=oidc, plain_users=dict(plain_users or {}))
     (root / "kafka").mkdir(parents=True, exist_ok=True)
-    with KafkaCluster(size=size, root=root / "kafka", security=listeners) as cluster:
+    cluster = KafkaCluster(size=size, root=root / "kafka", security=listeners)
+    with _jvm_allows([oidc.jwks_url] if oidc is not None else []):
+        cluster.start()
+    try:
         yield SecuredKafka(cluster, listeners)
+    finally:
+        cluster.stop()

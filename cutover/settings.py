@@ -159,6 +159,16 @@ class RouterSettings(BaseModel):
                     "auto is on for Apache Kafka and off for Tansu")
     routes: tuple[RouteSettings, ...] = Field(min_length=1)
 
+    @field_validator("kafka")
+    @classmethod
+    def _login_supported(cls, kafka: dict[str, str | int | bool]) -> dict[str, str | int | bool]:
+        from cutover.kafka_errors import unsupported_login  # the clients' logins, stated once
+
+        problem = unsupported_login(kafka)
+        if problem is not None:
+            raise ValueError(problem)
+        return kafka
+
     @model_validator(mode="after")
     def _unique(self) -> RouterSettings:
         if self.checkpoint_topic is None:

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from spark_tagger.client_security import KafkaOptionError
 from spark_tagger.event_time import EVENT_TIME_COLUMN, EventTimeError, attach_event_time
 from spark_tagger.foreach_batch import BatchScope, current_scope
-from spark_tagger.kafka_source import _check_sink_schema
 from spark_tagger.options import SinkOptions, Tagging
 from spark_tagger.output_modes import UPDATE_WARNING
 from spark_tagger.refusal import TaggerError
+from spark_tagger.sink_schema import check_sink_schema
 from spark_tagger.tagger import TagSettings, write_tagged
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def write_sink(df: Any, options: dict[str, Any], mode: str | None, where: str) -
     text = {str(k): ("" if v is None else str(v)) for k, v in options.items()}
     try:
         sink = SinkOptions.from_options(text)
-        _check_sink_schema(df.schema, sink)
+        check_sink_schema(df.schema, sink)
     except (KafkaOptionError, ValueError) as exc:
         raise TaggerError(f"{where}: {exc}") from None
     return sink

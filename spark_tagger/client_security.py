@@ -8,7 +8,12 @@ absent, both librdkafka clients: the same options must work there, or securing a
 mean writing its options twice. So:
 
 * ``sasl.jaas.config`` with the SCRAM or PLAIN login module becomes ``sasl.username`` and
-  ``sasl.password`` (other login modules are refused with a sentence);
+  ``sasl.password``; with the OAUTHBEARER login module and ``clientId``/``clientSecret`` (the
+  OIDC client-credentials login, whose token endpoint is ``sasl.oauthbearer.token.endpoint.url``
+  in both clients) it becomes librdkafka's ``sasl.oauthbearer.method=oidc`` with
+  ``sasl.oauthbearer.client.id``/``.client.secret``/``.scope``, and the Java login callback
+  handler is dropped. Other login modules, Kerberos and AWS IAM are refused with a sentence
+  naming the logins that work;
 * a PEM trust store (``ssl.truststore.location`` or ``ssl.truststore.certificates``) becomes
   ``ssl.ca.location`` / ``ssl.ca.pem``; a JKS or PKCS12 one is refused, since librdkafka reads
   CA certificates as PEM only;
@@ -25,12 +30,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from cutover.kafka_errors import unsupported_login
 from cutover.secrets import SecretError, resolve
 
 _LOGIN = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)"
                     r"(?P<options>.*?);?\s*$", re.DOTALL)
 _OPTION = re.compile(r'(?P<name>[\w.-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s;]+))')
 _PASSWORD_MODULES = ("ScramLoginModule", "PlainLoginModule")
+_OAUTH_MODULE = "OAuthBearerLoginModule"
+_OAUTH_OPTIONS = {"clientId": "sasl.oauthbearer.client.id",
+                  "clientSecret": "sasl.oauthbearer.client.secret",
+                  "scope": "sasl.oauthbearer.scope"}
+_JAVA_OAUTH_HANDLER = "OAuthBearerLoginCallbackHandler"
 
 
 class KafkaOptionError(ValueError):
@@ -47,18 +58,27 @@ def _jaas_login(jaas: str) -> dict[str, str]:
         raise _refusal("option 'kafka.sasl.jaas.config' is not a JAAS login entry (expected "
                        "'<LoginModule class> required username=\"...\" password=\"...\";')")
     module = m.group("module").rsplit(".", 1)[-1]
+    unescape = re.compile(r"\\(.)")
+    found = {o.group("name"): unescape.sub(r"\1", o.group("quoted")
+                                           if o.group("quoted") is not None
+                                           else o.group("bare"))
+             for o in _OPTION.finditer(m.group("options"))}
+    if module == _OAUTH_MODULE:
+        if not found.get("clientId") or found.get("clientSecret") is None:
+            raise _refusal("option 'kafka.sasl.jaas.config' uses OAuthBearerLoginModule without "
+                           "clientId and clientSecret; the tagger's Kafka client logs in with "
+                           "OIDC client credentials (and kafka.sasl.oauthbearer.token.endpoint"
+                           ".url)")
+        login = {"sasl.oauthbearer.method": "oidc"}
+        login.update({key: found[name] for name, key in _OAUTH_OPTIONS.items() if name in found})
+        return login
     if module not in _PASSWORD_MODULES:
         raise _refusal(f"option 'kafka.sasl.jaas.config' uses {module}; the tagger's Kafka "
-                       "client understands the SCRAM and PLAIN login modules only (or give "
-                       "librdkafka's own kafka.sasl.* options)")
-    found = {o.group("name"): (o.group("quoted") if o.group("quoted") is not None
-                               else o.group("bare"))
-             for o in _OPTION.finditer(m.group("options"))}
+                       "client understands the SCRAM, PLAIN and OAUTHBEARER (OIDC) login "
+                       "modules only (or give librdkafka's own kafka.sasl.* options)")
     if not found.get("username") or found.get("password") is None:
         raise _refusal("option 'kafka.sasl.jaas.config' names no username and password")
-    unescape = re.compile(r"\\(.)")
-    return {"sasl.username": unescape.sub(r"\1", found["username"]),
-            "sasl.password": unescape.sub(r"\1", found["password"])}
+    return {"sasl.username": found["username"], "sasl.password": found["password"]}
 
 
 def librdkafka_security(params: Mapping[str, str]) -> dict[str, str]:
@@ -71,9 +91,14 @@ def librdkafka_security(params: Mapping[str, str]) -> dict[str, str]:
         except SecretError as exc:
             raise _refusal(str(exc)) from None
     jaas = out.pop("sasl.jaas.config", None)
-    if jaas is not None:
+    if jaas is not None and "IAMLoginModule" not in jaas:  # AWS IAM: refused just below
         for key, value in _jaas_login(jaas).items():
             out.setdefault(key, value)
+    problem = unsupported_login({**out, "sasl.jaas.config": jaas or ""})
+    if problem is not None:
+        raise _refusal(problem)
+    if _JAVA_OAUTH_HANDLER in out.get("sasl.login.callback.handler.class", ""):
+        del out["sasl.login.callback.handler.class"]  # librdkafka's oidc method does its work
     store_type = (out.pop("ssl.truststore.type", None) or "JKS").upper()
     location = out.pop("ssl.truststore.location", None)
     certificates = out.pop("ssl.truststore.certificates", None)

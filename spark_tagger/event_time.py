@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from spark_tagger.spark_version import classic_dataframe, dataset_of_rows, java_list, scala_seq
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -41,14 +43,14 @@ class Found(BaseModel):
 
 
 def _seq(jvm: Any, scala_seq: Any) -> list[Any]:
-    return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_seq))
+    return list(java_list(jvm, scala_seq))
 
 
 def _to_scala_seq(jvm: Any, items: list[Any]) -> Any:
     jlist = jvm.java.util.ArrayList()
     for item in items:
         jlist.add(item)
-    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(jlist).toSeq()
+    return scala_seq(jvm, jlist)
 
 
 def _quote(name: str) -> str:
@@ -108,7 +110,6 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
     import json
 
     from pyspark.errors import AnalysisException
-    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
     spark = df.sparkSession
     jvm = spark._jvm  # type: ignore[attr-defined]
@@ -121,8 +122,7 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
         spine.append(children[0])
 
     def frame(plan: Any) -> DataFrame:
-        jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan)  # type: ignore[attr-defined]
-        return ClassicDataFrame(jdf, spark)  # type: ignore[arg-type]
+        return classic_dataframe(dataset_of_rows(spark, plan), spark)  # type: ignore[no-any-return]
 
     chosen: tuple[int, DataFrame, str, str] | None = None  # depth, frame, sql, description
     carried = _carried(jvm, spine)

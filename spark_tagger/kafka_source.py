@@ -1,5 +1,8 @@
 """A pure-Python Kafka source and sink for Spark 4 (``format("cutover_kafka")``).
 
+It rests on Spark 4's Python data source API, which Spark 3.5 lacks: there the job's Kafka
+reads need Spark's own connector (:mod:`.spark_version`).
+
 For places where the JVM connector cannot be added (no Maven, no jars): the options, the schema
 and the offset format are those of Spark's own Kafka connector, offsets live in Spark's
 checkpoint (the source commits nothing to Kafka), and ``maxOffsetsPerTrigger`` and
@@ -38,6 +41,7 @@ from spark_tagger.kafka_client import (
 from spark_tagger.options import SinkOptions, SourceOptions, consumer_config
 from spark_tagger.produce import ProduceStats, produce_batches
 from spark_tagger.range_reader import EARLIEST, KafkaRange, read_range
+from spark_tagger.sink_schema import check_sink_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -292,7 +296,7 @@ class _ProducingWriter:
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
-        _check_sink_schema(schema, opts)
+        check_sink_schema(schema, opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
         stats = produce_batches(iterator, self.opts)
@@ -311,26 +315,6 @@ class KafkaStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
 
 class KafkaBatchWriter(_ProducingWriter, DataSourceArrowWriter):
     """``df.write.format("cutover_kafka")``."""
-
-
-def _check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
-    """Spark's Kafka sink rules: a value column, string/binary key and value, a topic."""
-    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType
-
-    fields = {f.name: f.dataType for f in schema.fields}
-    if "value" not in fields:
-        raise ValueError("the Kafka sink needs a 'value' column (string or binary)")
-    for name in ("key", "value"):
-        if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
-            raise ValueError(f"the Kafka sink's {name!r} column must be string or binary, "
-                             f"not {fields[name].simpleString()}")
-    if opts.topic is None and not isinstance(fields.get("topic"), StringType):
-        raise ValueError("the Kafka sink needs the option 'topic' or a string 'topic' column")
-    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
-        raise ValueError("the Kafka sink's 'partition' column must be int")
-    if "headers" in fields and not isinstance(fields["headers"], ArrayType):
-        raise ValueError("the Kafka sink's 'headers' column must be "
-                         "array<struct<key:string,value:binary>>")
 
 
 __all__ = ["NAME", "CutoverKafka", "ProduceStats", "rate_limit", "source_schema"]

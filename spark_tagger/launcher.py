@@ -28,11 +28,10 @@ from spark_tagger.batch_writer import save_tagged
 from spark_tagger.connect import install_connect
 from spark_tagger.event_time import EventTimeError, attach_event_time
 from spark_tagger.foreach_batch import TaggedForeachBatch
-from spark_tagger.kafka_source import NAME as PY_KAFKA
-from spark_tagger.kafka_source import CutoverKafka
 from spark_tagger.options import KafkaOptionError, SinkOptions
 from spark_tagger.output_modes import check_output_mode
 from spark_tagger.refusal import TaggerError
+from spark_tagger.spark_version import connector_coordinates, has_python_data_sources
 from spark_tagger.tagger import BatchTagger, TagSettings
 
 JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
@@ -51,16 +50,27 @@ def jvm_kafka_available(spark: Any) -> bool:
 
 
 def use_python_kafka(spark: Any) -> bool:
+    """Whether the pure-Python source serves the job's Kafka reads; on Spark 3.5, which has no
+    Python data source API, a read that would need it is refused with the fix."""
     mode = _settings.kafka_source if _settings is not None else "auto"
-    if mode == "python":
-        return True
-    if mode == "jvm":
-        return False
-    return not jvm_kafka_available(spark)
+    python = mode == "python" or (mode == "auto" and not jvm_kafka_available(spark))
+    if python and not has_python_data_sources():
+        import pyspark
+
+        why = ("--kafka-source python was asked for" if mode == "python"
+               else "Spark's Kafka connector is not on the job's classpath")
+        raise TaggerError(
+            f"the job reads Kafka, {why}, and pyspark {pyspark.__version__} has no Python data "
+            "source API (Spark 4) for the tagger's own source: add the connector, e.g. "
+            f"--conf spark.jars.packages={connector_coordinates()} (or spark.jars with its "
+            "jars)")
+    return python
 
 
 def ensure_registered(spark: Any) -> None:
     """Register ``cutover_kafka`` once per session (registration is per session)."""
+    from spark_tagger.kafka_source import CutoverKafka
+
     jss = spark._jsparkSession
     if getattr(spark, "_cutover_kafka_registered", None) is jss:
         return
@@ -120,6 +130,8 @@ def install(settings: TagSettings) -> None:
                 python = use_python_kafka(self._spark)
                 _say_reader(python)
                 if python:
+                    from spark_tagger.kafka_source import NAME as PY_KAFKA
+
                     ensure_registered(self._spark)
                     source = PY_KAFKA
             return original(self, source)
@@ -336,13 +348,22 @@ def _connect_requested(options: dict[str, Any]) -> str | None:
 
 def _connect_needs_client(served: bool) -> None:
     """Patch ``SparkSession.Builder.getOrCreate``: without PySpark's Connect client installed,
-    a Connect session is refused at creation with the fix, instead of an import error."""
+    a Connect session is refused at creation with the fix, instead of an import error; on
+    Spark 3.5, whose Connect client the tagger does not patch, with the alternatives."""
     from pyspark.sql.session import SparkSession
 
     builder = SparkSession.Builder
 
     def get_or_create(self: Any) -> Any:
         how = _connect_requested(dict(self._options))
+        if how is not None and not has_python_data_sources():
+            import pyspark
+
+            raise TaggerError(
+                f"the job builds a Spark Connect session ({how}); on pyspark "
+                f"{pyspark.__version__} the tagger serves classic sessions only (it tags "
+                "Connect jobs from Spark 4 on): run the job with a classic SparkSession on "
+                "Spark 3.5, or on Spark Connect with pyspark 4")
         if how is not None and not served:
             raise TaggerError(
                 f"the job builds a Spark Connect session ({how}) but PySpark's Connect client "
@@ -353,18 +374,43 @@ def _connect_needs_client(served: bool) -> None:
     _patch(builder, "getOrCreate", get_or_create)
 
 
+def missing_kafka_connector(exc: BaseException) -> str | None:
+    """The sentence for Spark's "Failed to find data source: kafka", or None for any other
+    error. On Spark Connect it comes from the server, which needs the connector itself."""
+    text = str(exc)
+    if "Failed to find data source: kafka" not in text and not (
+            "DATA_SOURCE_NOT_FOUND" in text and "kafka" in text.lower()):
+        return None
+    coordinates = connector_coordinates()
+    if type(exc).__module__.startswith("pyspark.errors.exceptions.connect"):
+        return ("the job reads or writes Kafka but the Spark Connect server has no Kafka "
+                "connector (Failed to find data source: kafka): start a local server with "
+                f"--conf spark.jars.packages={coordinates} (or spark.jars with its jars), or "
+                f"install {coordinates} as a library of the remote cluster")
+    return ("the job reads or writes Kafka but Spark's Kafka connector is not on its classpath "
+            f"(Failed to find data source: kafka): add --conf spark.jars.packages={coordinates}"
+            " (or spark.jars with its jars)")
+
+
 def run_job(settings: TagSettings, job: str, args: list[str]) -> int:
     """Run ``job`` as ``__main__`` with ``args`` as its argv, under the tagger."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     install(settings)
-    _connect_needs_client(install_connect(settings, _patch))
+    _connect_needs_client(has_python_data_sources() and install_connect(settings, _patch))
     job_dir = os.path.dirname(os.path.abspath(job))
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [job, *args]
     sys.path.insert(0, job_dir)
     try:
         runpy.run_path(job, run_name="__main__")
+    except TaggerError:
+        raise
+    except Exception as exc:
+        sentence = missing_kafka_connector(exc)
+        if sentence is None:
+            raise
+        raise TaggerError(sentence) from None
     except SystemExit as exc:
         code = exc.code
         if code is None:

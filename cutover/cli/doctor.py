@@ -15,6 +15,12 @@ on each resource. Chosen over the alternatives because
 * probing by doing (producing to the control topic, joining the router's group) has effects:
   a record on the control topic, a rebalance of the running routers.
 
+A SASL/OAUTHBEARER (OIDC) identity's principal is the ``sub`` of its token, so the doctor asks
+the token endpoint for one first, as the client would, and names the principal the ACLs must
+grant; a refused client id or secret is told before any broker is asked. Logins cutover's
+clients cannot make (Kerberos, AWS IAM) are refused with the alternatives when the settings
+are read (:mod:`cutover.settings`).
+
 Asking needs only what the principal holds already: a topic or group on which it has no right
 at all is refused (``TOPIC_AUTHORIZATION_FAILED``), which the doctor reports as "no right"; a
 missing topic is told apart when the principal may describe it.
@@ -23,8 +29,12 @@ missing topic is told apart when the principal may describe it.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +58,7 @@ from cutover.kafka_errors import (
     ClientErrors,
     explain_connect_failure,
     list_topics,
+    mechanism_of,
     principal_of,
     transactional_id_refused,
 )
@@ -100,6 +111,39 @@ class DoctorReport(BaseModel):
 def _client_conf(settings: RouterSettings) -> dict[str, Any]:
     return {"bootstrap.servers": settings.bootstrap, "log_level": 0,
             **resolve_secrets(settings.kafka)}
+
+
+def token_subject(conf: Mapping[str, Any], timeout: float = 10.0) -> str:
+    """The ``sub`` of the token an OIDC client-credentials login gets: the broker's principal
+    is ``User:<sub>``, which the ACLs must name. Asked of the token endpoint as librdkafka asks
+    it; a refusal is a sentence naming the setting to check."""
+    endpoint = str(conf.get("sasl.oauthbearer.token.endpoint.url") or "")
+    client = str(conf.get("sasl.oauthbearer.client.id") or "")
+    who = principal_of(conf)
+    if not endpoint or not client:
+        raise CliError(f"{who}: the OIDC login needs sasl.oauthbearer.token.endpoint.url and "
+                       "sasl.oauthbearer.client.id in kafka:", 2)
+    form = {"grant_type": "client_credentials"}
+    if conf.get("sasl.oauthbearer.scope"):
+        form["scope"] = str(conf["sasl.oauthbearer.scope"])
+    basic = base64.b64encode(
+        f"{client}:{conf.get('sasl.oauthbearer.client.secret', '')}".encode()).decode()
+    request = urllib.request.Request(
+        endpoint, data=urllib.parse.urlencode(form).encode(), method="POST",
+        headers={"Authorization": f"Basic {basic}",
+                 "Content-Type": "application/x-www-form-urlencoded"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            token = str(json.loads(answer.read())["access_token"])
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        return str(claims["sub"])
+    except urllib.error.HTTPError as exc:
+        raise CliError(f"cannot log in as {who}: the token endpoint {endpoint} refused the "
+                       f"client credentials (HTTP {exc.code}); check sasl.oauthbearer.client.id "
+                       "and the secret sasl.oauthbearer.client.secret refers to", 3) from None
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise CliError(f"cannot log in as {who}: no token from {endpoint} ({exc}); check "
+                       "sasl.oauthbearer.token.endpoint.url", 3) from None
 
 
 def connect(conf: Mapping[str, Any]) -> AdminClient:
@@ -178,6 +222,7 @@ def examine(settings: RouterSettings, role: Role, route: str | None = None,
             job_topic: str | None = None) -> DoctorReport:
     """Connect as the settings' principal and compare what the broker allows with the table."""
     conf = _client_conf(settings)
+    subject = token_subject(conf) if mechanism_of(conf) == "OAUTHBEARER" else None
     admin = connect(conf)
     needed = required_rights(settings, role, route, job_topic)
     resources = list(dict.fromkeys([*route_resources(settings, route),
@@ -201,7 +246,7 @@ def examine(settings: RouterSettings, role: Role, route: str | None = None,
     missing = tuple(sorted({x.resource.name for x in needed
                             if x.resource.kind is ResourceKind.TOPIC
                             and seen[x.resource].exists is False}))
-    user = conf.get("sasl.username")
+    user = subject or conf.get("sasl.username")
     return DoctorReport(principal=f"User:{user}" if user else principal_of(conf), role=role,
                         bootstrap=settings.bootstrap, checks=checks, excess=tuple(excess),
                         missing_topics=missing)

@@ -60,6 +60,44 @@ class Identity:
 
 
 @dataclass
+class PlainUser:
+    """A SASL/PLAIN user of the broker's PLAINTLS listener (set in its JAAS entry at start)."""
+
+    user: str
+    password: str
+
+
+@dataclass
+class LoginIdentity(Identity):
+    """An identity that logs in on another listener than SCRAM's: OAUTHBEARER with OIDC client
+    credentials (``user`` is the client id, the password its secret) or PLAIN over TLS."""
+
+    mechanism: str = "OAUTHBEARER"
+    bootstrap: str = ""
+    token_url: str = ""
+
+    def kafka_settings(self, ca_file: Path) -> dict[str, str]:
+        ref = f"${{env:{self.env_name}}}" if self.env_name else f"${{file:{self.secret_file}}}"
+        if self.mechanism == "PLAIN":
+            return {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                    "sasl.username": self.user, "sasl.password": ref,
+                    "ssl.ca.location": str(ca_file)}
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.token.endpoint.url": self.token_url,
+                "sasl.oauthbearer.client.id": self.user,
+                "sasl.oauthbearer.client.secret": ref, "ssl.ca.location": str(ca_file)}
+
+    def client_conf(self, ca_file: Path) -> dict[str, Any]:
+        """The settings with the secret in clear, for a test's own client."""
+        conf: dict[str, Any] = {**self.kafka_settings(ca_file), "bootstrap.servers":
+                                self.bootstrap}
+        key = "sasl.password" if self.mechanism == "PLAIN" else "sasl.oauthbearer.client.secret"
+        conf[key] = self.password
+        return conf
+
+
+@dataclass
 class CliRun:
     code: int
     out: str
@@ -110,6 +148,25 @@ class SecuredRoute:
         self.wait_login(who)
         return who
 
+    def oauth_identity(self, issuer: Any, role: str, env: bool = False) -> LoginIdentity:
+        """A new OIDC client ``<role>-<route>`` of ``issuer`` (an
+        :class:`~tests.security.oidc_issuer.OidcIssuer`), principal ``User:<client id>``,
+        with its role's rights."""
+        user = f"oidc-{role}-{self.name}"
+        who = LoginIdentity(user, self.tmp / f"{user}.secret", bootstrap=self.kafka.oauth_bootstrap,
+                            token_url=issuer.token_url,
+                            env_name=f"CUTOVER_TEST_OIDC_{role.upper()}_SECRET" if env else None)
+        who.write_secret()
+        issuer.register(user, who.password)
+        return who
+
+    def plain_identity(self, plain: PlainUser) -> LoginIdentity:
+        """The broker's PLAIN user, logging in over TLS."""
+        who = LoginIdentity(plain.user, self.tmp / f"{plain.user}.secret", password=plain.password,
+                            mechanism="PLAIN", bootstrap=self.kafka.plain_bootstrap)
+        who.write_secret()
+        return who
+
     def wait_login(self, who: Identity, timeout: float = 20.0) -> None:
         """Until the broker accepts the user's login (credentials propagate as metadata)."""
         deadline = time.monotonic() + timeout
@@ -128,13 +185,16 @@ class SecuredRoute:
 
     def client_conf(self, who: Identity, **extra: Any) -> dict[str, Any]:
         """librdkafka settings for a test's own client logged in as ``who``."""
+        if isinstance(who, LoginIdentity):
+            return {**who.client_conf(self.kafka.ca_file), **extra}
         return {**self.kafka.sasl_conf(who.user, who.password), **extra}
 
     # -- settings -----------------------------------------------------------------------------
 
     def settings_dict(self, who: Identity, **over: Any) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "bootstrap": self.kafka.bootstrap, "control_topic": self.control,
+            "bootstrap": who.bootstrap if isinstance(who, LoginIdentity) else self.kafka.bootstrap,
+            "control_topic": self.control,
             "status_topic": self.status, "group_id": self.group,
             "checkpoint_topic": self.checkpoints,
             "state_dir": str(self.tmp / f"state-{self.name}"), "http_port": None,

@@ -2,7 +2,8 @@
 Kafka connector takes (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
 ``kafka.sasl.jaas.config``, a PEM ``kafka.ssl.truststore``), read through the Python Kafka
 source and written through the tagging sink, logged in as the route's job identity, which may
-write its raw topic only (and read its own input)."""
+write its raw topic only (and read its own input): a SCRAM user, or an OIDC client whose job
+options are those of Spark's connector (``OAuthBearerLoginModule`` with client credentials)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from cutover.access import Operation, Resource, ResourceKind, Right
+from cutover.access import Operation, Resource, ResourceKind, Right, Role
 from cutover.broker import create_topics
 from cutover.headers import parse_headers
+from tests.security.oidc_issuer import OidcIssuer
 from tests.security.support import SecuredRoute, assert_no_secret
 from tests.spark.spark_test_support import REPO, spark_env, tag_command
 
@@ -25,13 +27,20 @@ JOB = Path(__file__).resolve().parent / "jobs" / "secure_relay.py"
 ORDERS = 60
 
 
-def test_a_tagged_job_reads_and_writes_with_scram_over_tls(route: SecuredRoute,
-                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("login", ["scram", "oauthbearer-oidc"])
+def test_a_tagged_job_reads_and_writes_over_tls(route: SecuredRoute, oidc: OidcIssuer,
+                                                tmp_path: Path, login: str) -> None:
+    job = route.job
+    bootstrap, oauth = route.kafka.bootstrap, []
+    if login == "oauthbearer-oidc":
+        job = route.oauth_identity(oidc, "job")
+        route.grant(job, Role.JOB)
+        bootstrap, oauth = route.kafka.oauth_bootstrap, ["--token-url", oidc.token_url]
     source = f"{route.name}.orders"
     create_topics(route.super_conf["bootstrap.servers"], {source: 2}, extra=route.super_conf)
     route.kafka.grant([Right(resource=Resource(kind=ResourceKind.TOPIC, name=source),
                              operation=Operation.READ, why="the job's own input")
-                       .binding(route.job.principal)])
+                       .binding(job.principal)])
     producer = Producer(route.super_conf)
     for i in range(ORDERS):
         order = {"order_id": f"o{i}", "amount": i * 1.5, "ts": 1_767_225_600_000 + i * 100}
@@ -39,9 +48,10 @@ def test_a_tagged_job_reads_and_writes_with_scram_over_tls(route: SecuredRoute,
     assert producer.flush(30) == 0
     log = tmp_path / "tag.log"
     cmd = tag_command("blue", JOB, [
-        "--bootstrap", route.kafka.bootstrap, "--input", source, "--output", route.inputs[0],
-        "--checkpoint", str(tmp_path / "ckpt"), "--user", route.job.user,
-        "--password-file", str(route.job.secret_file), "--ca-file", str(route.kafka.ca_file)],
+        "--bootstrap", bootstrap, "--input", source, "--output", route.inputs[0],
+        "--checkpoint", str(tmp_path / "ckpt"), "--user", job.user,
+        "--password-file", str(job.secret_file), "--ca-file", str(route.kafka.ca_file),
+        *oauth],
         flags=["--kafka-source", "python"])
     with log.open("wb") as out:
         done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=spark_env(),
@@ -58,4 +68,6 @@ def test_a_tagged_job_reads_and_writes_with_scram_over_tls(route: SecuredRoute,
         order = json.loads(m.value())
         assert tagged.version == "blue" and tagged.event_time == order["ts"]
     assert "Traceback" not in text
-    assert_no_secret({"cutover tag output": text}, route.job)
+    assert_no_secret({"cutover tag output": text}, job)
+    if login == "oauthbearer-oidc":
+        assert oidc.issued[job.user] >= 1

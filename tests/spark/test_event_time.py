@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from spark_tagger.event_time import EVENT_TIME_COLUMN, EventTimeError, attach_event_time, millis_sql
+from spark_tagger.spark_version import has_python_data_sources
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 
@@ -28,7 +29,10 @@ def orders_topic(bootstrap: str) -> str:
 
 
 def _orders(spark: Any, bootstrap: str, topic: str) -> Any:
-    return (spark.readStream.format("cutover_kafka").option("kafka.bootstrap.servers", bootstrap)
+    """The orders as a stream: through the pure-Python source on Spark 4, Spark's own
+    connector on 3.5 (the session's, tests/spark/conftest.py)."""
+    source = "cutover_kafka" if has_python_data_sources() else "kafka"
+    return (spark.readStream.format(source).option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", "earliest").load()
             .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("o")).select("o.*")
             .withColumn("event_time", F.timestamp_millis("ts")))

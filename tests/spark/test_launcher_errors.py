@@ -7,11 +7,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pyspark import __version__ as pyspark_version
 from spark_test_support import JOBS, REPO, TEST_JOBS, spark_env, tag_command
 
 from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from spark_tagger.cli import submit_args
+from spark_tagger.spark_version import has_python_data_sources
 from tests.topics import read_topic
 
 
@@ -69,6 +71,8 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
     a column the job's final select dropped. With Spark's Kafka connector on the classpath it
     serves the job's reads (streaming and batch); without it the pure-Python source does
     (``--kafka-source auto``); the tagging sink writes either way."""
+    if not connector and not has_python_data_sources():
+        pytest.skip("Spark 3.5 has no Python data source API: the next test covers its refusal")
     tin, tout = f"etflag-in-{uuid.uuid4().hex[:8]}", f"etflag-out-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {tin: 2, tout: 3})
     write_orders(bootstrap, tin, make_orders(EventSpec(count=30)))
@@ -89,6 +93,48 @@ def test_event_time_flag_tags_a_job_without_watermark(bootstrap: str, tmp_path: 
         assert r.header("bg.version") == "v2.0-rc_1"
         assert r.header("bg.event_time") == str(sent[(r.key, r.value)])
         assert r.header("bg.watermark") is None  # the query has no watermark
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+@pytest.mark.skipif(has_python_data_sources(), reason="Spark 4 serves it with the Python source")
+@pytest.mark.parametrize("flags", [pytest.param([], id="auto"),
+                                   pytest.param(["--kafka-source", "python"], id="python")])
+def test_kafka_read_without_the_connector_on_spark35_stops_naming_the_package(
+    bootstrap: str, tmp_path: Path, flags: list[str]
+) -> None:
+    """Spark 3.5 has no Python data source API, so without Spark's Kafka connector nothing
+    can serve the job's Kafka read: one sentence at start names the connector to add."""
+    tin, tout = f"nocon-in-{uuid.uuid4().hex[:8]}", f"nocon-out-{uuid.uuid4().hex[:8]}"
+    create_topics(bootstrap, {tin: 2, tout: 2})
+    write_orders(bootstrap, tin, make_orders(EventSpec(count=10)))
+    res = _run(tag_command("blue", JOBS / "windowed_totals.py",
+                           ["--bootstrap", bootstrap, "--input", tin, "--output", tout,
+                            "--checkpoint", str(tmp_path / "ck")], flags=flags),
+               connector=False)
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("cutover tag: the job reads Kafka, "), last
+    assert f"spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.12:{pyspark_version}" \
+        in last
+    assert "Traceback" not in res.stderr
+    assert read_topic(bootstrap, tout) == []
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(has_python_data_sources(), reason="Spark 4's Connect jobs are tagged")
+def test_a_spark_connect_job_on_spark35_stops_at_start_naming_the_alternatives(
+    tmp_path: Path
+) -> None:
+    res = _run(tag_command("blue", JOBS / "windowed_totals_connect.py",
+                           ["--bootstrap", "127.0.0.1:1", "--input", "in", "--output", "out",
+                            "--checkpoint", str(tmp_path / "ck"), "--remote", "local[2]"]))
+    assert res.returncode == 2, res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("cutover tag: the job builds a Spark Connect session "), last
+    assert "run the job with a classic SparkSession on Spark 3.5, or on Spark Connect with " \
+           "pyspark 4" in last
+    assert "Traceback" not in res.stderr
 
 
 def test_conf_flag_is_key_value_and_joins_pyspark_submit_args() -> None:

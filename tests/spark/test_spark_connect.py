@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from pyspark import __version__ as pyspark_version
 from spark_test_support import (
     CONNECT_LOCAL_ENV,
     JOBS,
@@ -204,3 +205,27 @@ def test_connect_windows_blue_then_green_through_the_router_equal_the_reference(
     assert r.passed, "; ".join(r.reasons) + "\n" + detail
     assert r.expected >= 40 and r.forwarded == r.expected and r.order_violations == 0, detail
     assert r.boundary is not None and len(r.pins) == RAW_PARTITIONS and r.clear_s is not None
+
+
+def test_a_connect_job_whose_server_has_no_kafka_connector_stops_with_the_fix(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """The Connect server (here the local one the job starts) has no Kafka connector: the job
+    ends at start with one sentence naming the package to add, not a Python traceback."""
+    n = uuid.uuid4().hex[:8]
+    tin, out = f"connect-nocon-in-{n}", f"connect-nocon-out-{n}"
+    create_topics(bootstrap, {tin: 2, out: 2})
+    res = subprocess.run(tag_command("blue", JOBS / "windowed_totals_connect.py", [
+        "--remote", "local[2]", "--bootstrap", bootstrap, "--input", tin, "--output", out,
+        "--checkpoint", str(tmp_path / "ck"), "--available-now"]),
+        capture_output=True, text=True, timeout=600, cwd=REPO, stdin=subprocess.DEVNULL,
+        env={**spark_env(connector=False), **CONNECT_LOCAL_ENV})
+    assert res.returncode == 2, res.stderr[-3000:]
+    sentence = next((line for line in res.stderr.splitlines()
+                     if line.startswith("cutover tag: the job reads or writes Kafka")), "")
+    assert sentence.startswith("cutover tag: the job reads or writes Kafka but the Spark "
+                               "Connect server has no Kafka connector"), res.stderr[-3000:]
+    assert (f"--conf spark.jars.packages=org.apache.spark:spark-sql-kafka-0-10_2.13:"
+            f"{pyspark_version}") in sentence
+    assert "Traceback" not in res.stderr
+    assert read_topic(bootstrap, out) == []

@@ -39,8 +39,10 @@ def test_librdkafka_names_and_secret_references_pass(tmp_path: Path) -> None:
      "certificates as PEM only"),
     ({"sasl_jaas_config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
                           " required;"},
-     "uses OAuthBearerLoginModule; the tagger's Kafka client understands the SCRAM and PLAIN "
-     "login modules only"),
+     "uses OAuthBearerLoginModule without clientId and clientSecret"),
+    ({"sasl_jaas_config": "com.example.KerberosLikeModule required;"},
+     "uses KerberosLikeModule; the tagger's Kafka client understands the SCRAM, PLAIN and "
+     "OAUTHBEARER (OIDC) login modules only"),
     ({"sasl_jaas_config": f'{SCRAM} required username="job";'},
      "option 'kafka.sasl.jaas.config' names no username and password"),
     ({"sasl_jaas_config": "username=job"},

@@ -1,6 +1,7 @@
 """A stateless job that relays orders over SASL_SSL, written as a user writes it for Spark's
 Kafka connector: the Java client's security options, the password read from the file the
-deployment mounts. It knows nothing of the tagger."""
+deployment mounts: SCRAM, or with ``--token-url`` an OIDC client-credentials login
+(``--user`` is the client id, the file holds its secret). It knows nothing of the tagger."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def main() -> None:
     p.add_argument("--user", required=True)
     p.add_argument("--password-file", required=True)
     p.add_argument("--ca-file", required=True)
+    p.add_argument("--token-url", default=None)
     args = p.parse_args()
     password = Path(args.password_file).read_text().strip()
     security = {
@@ -33,6 +35,16 @@ def main() -> None:
         "kafka.ssl.truststore.type": "PEM",
         "kafka.ssl.truststore.location": args.ca_file,
     }
+    if args.token_url:
+        security.update({
+            "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.oauthbearer.token.endpoint.url": args.token_url,
+            "kafka.sasl.login.callback.handler.class": "org.apache.kafka.common.security."
+                                                       "oauthbearer.OAuthBearerLoginCallbackHandler",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer."
+                                      f'OAuthBearerLoginModule required clientId="{args.user}" '
+                                      f'clientSecret="{password}";',
+        })
     spark = SparkSession.builder.appName("secure-relay").getOrCreate()
     orders = (spark.readStream.format("kafka").options(**security)
               .option("subscribe", args.input)

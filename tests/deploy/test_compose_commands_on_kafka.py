@@ -73,7 +73,7 @@ def test_init_then_one_round_of_the_feed(compose: dict[str, Any], bootstrap: str
     assert len(topics[f"orders-{tag}"].partitions) == 4
     assert len(topics[f"customer_totals.raw-{tag}"].partitions) == 4
     shown = subprocess.run([str(VENV_BIN / "cutover"), "plan", "show", "--config",
-                            str(settings), "--route", "totals"],
+                            str(settings), "--route", "totals", "--json"],
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     plan = json.loads(shown.stdout)

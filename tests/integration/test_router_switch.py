@@ -297,7 +297,7 @@ def test_plan_validate_and_show(env: Env, router: RouterProcess, tmp_path: Path,
     assert env.cli_plan("show", "--route", env.route) == 1
     assert env.cli_plan("init", "--route", env.route, "--primary", "blue") == 0
     capsys.readouterr()
-    assert env.cli_plan("show", "--route", env.route) == 0
+    assert env.cli_plan("show", "--route", env.route, "--json") == 0
     assert json.loads(capsys.readouterr().out)["segments"] == [
         {"from_event_time": None, "primary": "blue"}]
     bad = tmp_path / "bad.json"

@@ -379,7 +379,7 @@ def render_metrics(statuses: list[RouteStatus], m: _MetricsSnapshot, worker: str
         lines.append(f"# TYPE cutover_{name} {kind}")
 
     metric("build_info")
-    lines.append(f'cutover_build_info{{version="{_package_version("cutover")}",'
+    lines.append(f'cutover_build_info{{version="{_package_version("cutover-streams")}",'
                  f'python="{platform.python_version()}",'
                  f'confluent_kafka="{confluent_kafka.version()[0]}",'
                  f'librdkafka="{confluent_kafka.libversion()[0]}",worker="{worker}"}} 1')

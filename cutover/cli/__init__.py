@@ -106,9 +106,14 @@ class Deprecated(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+# The distribution's name on PyPI (the command is `cutover`; that name on PyPI is another
+# project's).
+DISTRIBUTION = "cutover-streams"
+
+
 def package_version() -> str:
     try:
-        return version("cutover")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
 

@@ -44,20 +44,28 @@ class DedupSettings(BaseModel):
 
     identity: Literal["record", "key_event_time"] | tuple[JsonPath, ...] = "record"
     retention_ms: int = Field(default=3_600_000, gt=0)
-    # Memory of one partition's dedup store, whatever the number of identities in retention
-    # (router.dedup_store). A worker holds one store per raw partition it owns.
+    # Memory of one partition's dedup store at most; what a worker's stores hold together is
+    # set by RouterSettings.store_memory (router.store_memory).
     filter_bytes: int = Field(
         default=16 * MIB, ge=32,
-        description="front Bloom filter of one partition's store, all its time buckets "
-                    "together; a fuller filter sends more new identities to a RocksDB read, "
-                    "never loses one")
-    block_cache_bytes: int = Field(
-        default=8 * MIB, ge=MIB,
-        description="RocksDB block cache of one partition's store (data, index and filter "
-                    "blocks)")
+        description="the most front Bloom filter one partition's store holds, all its time "
+                    "buckets together (each bucket is sized for the identities the partition "
+                    "sees, from the worker's store_memory.filter_bytes); a fuller filter sends "
+                    "more new identities to a RocksDB read, never loses one")
     write_buffer_bytes: int = Field(
         default=8 * MIB, ge=MIB,
-        description="RocksDB memtable size of one partition's store (two at most)")
+        description="the largest RocksDB memtable of one partition's store (two at most); "
+                    "all the worker's memtables together are bounded by "
+                    "store_memory.write_buffer_bytes")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, v: object) -> object:
+        if isinstance(v, dict) and "block_cache_bytes" in v:
+            raise ValueError("dedup.block_cache_bytes is gone: a worker's stores share one "
+                             "block cache; set store_memory.block_cache_bytes at the top of "
+                             "the settings file instead")
+        return v
 
     @field_validator("identity", mode="before")
     @classmethod
@@ -67,6 +75,27 @@ class DedupSettings(BaseModel):
                 raise ValueError("a list of JSON field paths must not be empty")
             return tuple(v)
         return v
+
+
+class StoreMemorySettings(BaseModel):
+    """Memory of all the dedup stores of one worker together (router.store_memory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    block_cache_bytes: int = Field(
+        default=64 * MIB, ge=MIB,
+        description="one RocksDB block cache shared by every dedup store of the worker")
+    write_buffer_bytes: int = Field(
+        default=64 * MIB, ge=MIB,
+        description="RocksDB memtables of every dedup store of the worker together; over it "
+                    "the largest are flushed")
+    filter_bytes: int = Field(
+        default=128 * MIB, ge=MIB,
+        description="front Bloom filters of every dedup store of the worker together; each "
+                    "filter bucket is sized for the identities its partition sees (about 2 "
+                    "bytes per identity in retention, 4 to 8 for a partition at its "
+                    "dedup.filter_bytes); once spent, new buckets get a small filter and "
+                    "more lookups read RocksDB")
 
 
 class RouteSettings(BaseModel):
@@ -123,6 +152,7 @@ class RouterSettings(BaseModel):
                     "Set it where topic names are governed (ACLs, prefixes); workers of one "
                     "group must agree on it")
     state_dir: Path = Path("var/cutover-router")
+    store_memory: StoreMemorySettings = StoreMemorySettings()
     http_port: int | None = Field(default=6066, ge=0, le=65535)
     status_interval_s: float = Field(default=5.0, gt=0)
     batch_records: int = Field(

@@ -45,7 +45,7 @@ static PyObject *poll_timeout;          /* 0.05: as InlineStream.send waits on a
 static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_timestamp, *s_key,
     *s_value, *s_produce, *s_poll, *s_failed, *s_topics, *s_primaries, *s_bounds,
     *s_tolerance, *s_horizon, *s_retention, *s_ordered, *s_closed_upto, *s_counters,
-    *s_suppressed, *s_forwarded, *s_pending, *s_live, *s_imask, *s_skip, *s_next_offsets,
+    *s_suppressed, *s_forwarded, *s_pending, *s_live, *s_skip, *s_next_offsets,
     *s_dirty, *s_undelivered, *s_out_pos, *s_queued, *s_live_flag, *s_held, *s_producer,
     *int_zero;
 
@@ -81,8 +81,8 @@ typedef struct {
     Py_ssize_t closed_upto;
     PyObject *counters, *suppressed, *pending, *skip;
     Py_buffer live[MAX_LIVE];
+    uint64_t live_mask[MAX_LIVE];   /* each bucket's words - 1 (a power of two each) */
     int nlive;
-    uint64_t imask;
     /* results */
     int consumed;
     int64_t last_off;
@@ -231,10 +231,6 @@ static int scan_load(RunObject *self, Scan *s) {
     s->pending = PyObject_GetAttr(self->store, s_pending);
     if (s->pending == NULL) return -1;
     if (!PyDict_Check(s->pending)) return 0;
-    int64_t imask;
-    rc = get_i64(self->store, s_imask, &imask, NULL);
-    if (rc <= 0) return rc;
-    s->imask = (uint64_t)imask;
     v = PyObject_GetAttr(self->store, s_live);
     if (v == NULL) return -1;
     if (!PyList_Check(v) || PyList_GET_SIZE(v) > MAX_LIVE) {
@@ -247,10 +243,12 @@ static int scan_load(RunObject *self, Scan *s) {
             return -1;
         }
         s->nlive++;
-        if (s->live[k].len != (Py_ssize_t)(8 * (imask + 1))) {
+        Py_ssize_t words = s->live[k].len / 8;
+        if (words < 1 || (words & (words - 1)) != 0 || s->live[k].len % 8 != 0) {
             Py_DECREF(v);
             return 0;
         }
+        s->live_mask[k] = (uint64_t)words - 1;
     }
     Py_DECREF(v);
 
@@ -466,10 +464,10 @@ static int maybe_seen(Scan *s, PyObject *ident) {
     if (in != 0) return in;
     const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(ident);
     uint64_t lo = b2b_load64(d), hi = b2b_load64(d + 8);
-    uint64_t i = lo & s->imask, m = masks[hi >> mask_hi_shift];
+    uint64_t m = masks[hi >> mask_hi_shift];
     for (int k = 0; k < s->nlive; k++) {
         const uint64_t *w = (const uint64_t *)s->live[k].buf;
-        if ((w[i] & m) == m) return 1;
+        if ((w[lo & s->live_mask[k]] & m) == m) return 1;
     }
     return 0;
 }
@@ -1132,7 +1130,7 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         {&s_retention, "retention_ms"}, {&s_ordered, "ordered"},
         {&s_closed_upto, "_closed_upto"}, {&s_counters, "counters"},
         {&s_suppressed, "suppressed"}, {&s_forwarded, "forwarded"}, {&s_pending, "_pending"},
-        {&s_live, "_live"}, {&s_imask, "_imask"}, {&s_skip, "skip"},
+        {&s_live, "_live"}, {&s_skip, "skip"},
         {&s_next_offsets, "next_offsets"}, {&s_dirty, "dirty"},
         {&s_undelivered, "undelivered"}, {&s_out_pos, "out_pos"}, {&s_queued, "queued"},
         {&s_live_flag, "live"}, {&s_held, "held"}, {&s_producer, "producer"}};

@@ -21,6 +21,7 @@ from router.checkpoint import read_checkpoints
 from router.kafka_io import client_conf, wait_stable
 from router.partition import Owned, RouteRuntime
 from router.status_publisher import StatusBoard
+from router.store_memory import StoreMemory
 from router.takeover import take_over
 from router.transactions import PartitionKey, PartitionTransactions
 
@@ -41,6 +42,7 @@ class Assignment:
     txn: PartitionTransactions | None
     board: StatusBoard
     owned: dict[PartitionKey, Owned]
+    memory: StoreMemory   # what the worker's dedup stores share
     by_tp: dict[tuple[str, int], Owned] = field(default_factory=dict)
     # Called before the group gives or takes partitions: waits for the last batch's commits
     # (router.batch_end.BatchEnd.wait), so that no partition changes hands mid-commit.
@@ -182,4 +184,5 @@ class Assignment:
                 return 0
 
         return take_over(conf, self.routes, self.plans, {k: ckpts.get(k) for k in keys},
-                         self.settings.state_dir, low_offset, atomic=self.txn is not None)
+                         self.settings.state_dir, low_offset, self.memory,
+                         atomic=self.txn is not None)

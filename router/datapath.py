@@ -85,6 +85,7 @@ from router.ownership import PollClock
 from router.partition import Owned, RouteRuntime
 from router.rebuilds import RebuildBudget, RebuildsExhausted
 from router.status_publisher import PartitionView, StatusBoard
+from router.store_memory import StoreMemory
 from router.topics import check_routes, ensure_checkpoint_topic
 from router.transactions import (
     Failed,
@@ -123,6 +124,7 @@ class DataPath:
         self.routes: dict[str, RouteRuntime] = {}
         self.topic_route: dict[str, RouteRuntime] = {}
         self.owned: dict[tuple[str, int], Owned] = {}
+        self.store_memory = StoreMemory(settings.store_memory)
         self._route_sizes: dict[str, int] = {}
         self.board = StatusBoard(self.worker_id, routes=self._route_sizes,
                                  plans=self.book.plans, partitions=self._partition_views,
@@ -192,7 +194,8 @@ class DataPath:
                                         "enable.auto.commit": False}))
         self._writer = OutputWriter(conf, self._producer, probe, self.settings.request_timeout_s)
         self._parts = Assignment(self.settings, self.routes, self.topic_route, self.book.plans,
-                                 self.ckpt_topic, self._txn, self.board, self.owned)
+                                 self.ckpt_topic, self._txn, self.board, self.owned,
+                                 self.store_memory)
         self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
                              self.ckpt_topic, self.worker_id, self.clock,
                              self._current_consumer, self._recover)

@@ -3,7 +3,7 @@
 Why: most identities the router looks up are new, and a new identity should not cost a
 RocksDB read. A Python set of the identities answered that in ~0.05 us but cost ~206 bytes of
 RSS per identity (2M identities: +393 MB); this filter answers it from a fixed number of bits,
-set by ``dedup.filter_bytes``, whatever the number of identities in retention. A "maybe" is
+sized for the identities a partition sees, whatever their number in retention. A "maybe" is
 confirmed by RocksDB, so a false positive costs one read and never a lost record.
 
 Blocked Bloom filter: one 64-bit word per identity (chosen by the identity's low bits), in
@@ -17,8 +17,15 @@ one process reads the same in any other.
 Time buckets: a bucket holds the identities whose event time falls in one span (half the
 retention), with its own bit array. The retention purge drops whole buckets, so nothing is
 ever deleted from a filter, and a lookup probes every live bucket (at most four: the retention
-window covers three spans, plus one just opened). Each bucket gets a quarter of the budget,
-rounded down to a power of two words.
+window covers three spans, plus one just opened).
+
+Sizes: each bucket has its own power-of-two number of words (the low bits of an identity pick
+its word, so a lookup masks them with the bucket's size). A bucket opens sized for the
+identities of the bucket before it (:func:`words_for`), and one that fills past
+:data:`IDENTITIES_PER_WORD` per word is rebuilt larger from its keys in RocksDB
+(router.dedup_store), up to a quarter of ``dedup.filter_bytes`` (:func:`max_words`) and within
+the worker's budget (router.store_memory). So a quiet partition holds a few KiB of filter and a
+busy one what its identities need.
 """
 
 from __future__ import annotations
@@ -54,13 +61,31 @@ _MASKS_NP = np.array(MASKS, dtype=np.uint64)
 _HIGH_SHIFT = np.uint64(MASK_SHIFT - 64)
 
 
-def words_per_bucket(filter_bytes: int) -> int:
-    """Words (8 bytes each) of one bucket: a quarter of the budget, a power of two, >= 1."""
-    n = max(1, filter_bytes // (8 * MAX_LIVE_BUCKETS))
-    return 1 << (n.bit_length() - 1)
+MIN_WORDS = 512           # the smallest bucket: 4 KiB
+IDENTITIES_PER_WORD = 8   # at most, in a sized filter: a fuller bucket is rebuilt larger
+SIZED_PER_WORD = 2        # what a bucket is sized for when it opens or is rebuilt
 
 
-IDENTITIES_PER_WORD = 8   # at most, in a sized filter
+def floor_pow2(n: int) -> int:
+    """The largest power of two <= n (1 for n < 1)."""
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def ceil_pow2(n: int) -> int:
+    return 1 << (max(1, n) - 1).bit_length()
+
+
+def max_words(filter_bytes: int) -> int:
+    """The most words (8 bytes each) one bucket of a store may have: a quarter of its
+    ``dedup.filter_bytes``, a power of two, >= 1."""
+    return floor_pow2(filter_bytes // (8 * MAX_LIVE_BUCKETS))
+
+
+def words_for(identities: int, filter_bytes: int) -> int:
+    """Words of a bucket sized for ``identities``: :data:`SIZED_PER_WORD` per word, rounded up
+    to a power of two, at least :data:`MIN_WORDS`, at most :func:`max_words`."""
+    cap = max_words(filter_bytes)
+    return min(cap, max(min(MIN_WORDS, cap), ceil_pow2(-(-identities // SIZED_PER_WORD))))
 
 
 def filter_bytes_for(identities: int) -> int:
@@ -92,13 +117,13 @@ def new_words(n: int) -> array[int]:
     return array("Q", bytes(8 * n))
 
 
-def mark(words: array[int], identities: bytes, imask: int) -> None:
+def mark(words: array[int], identities: bytes) -> None:
     """Set the bits of many identities (16 bytes each, concatenated) in one bucket: the
     per-identity work of :meth:`DedupStore.add`, done for a whole batch at once by numpy
     (a Python loop over the same costs ~0.2 us per identity)."""
     if not identities:
         return
     halves = np.frombuffer(identities, dtype="<u8").reshape(-1, 2)
-    index = (halves[:, 0] & np.uint64(imask)).astype(np.intp)
+    index = (halves[:, 0] & np.uint64(len(words) - 1)).astype(np.intp)
     np.bitwise_or.at(np.frombuffer(words, dtype=np.uint64), index,
                      _MASKS_NP[halves[:, 1] >> _HIGH_SHIFT])

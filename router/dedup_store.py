@@ -7,11 +7,10 @@ only what was flushed (the router flushes after the batch's output is delivered,
 identity of a record whose output never left must not be remembered).
 
 Memory is set by settings, not by the identities in retention: RocksDB answers lookups, with
-a bounded block cache and write buffers (``dedup.block_cache_bytes``,
-``dedup.write_buffer_bytes``), and in front of it the time-bucketed Bloom filters of
-``router.dedup_filter`` (``dedup.filter_bytes``) tell most new identities apart without a read.
-Measured (``docs/performance.md``, dedup store at scale): the set this replaces cost ~206 bytes
-of RSS per identity; this store's RSS is flat in the number of identities.
+the block cache and write buffers a worker's stores share (router.store_memory), and in front
+of it the time-bucketed Bloom filters of ``router.dedup_filter``, sized for the identities the
+partition sees, tell most new identities apart without a read (docs/performance.md, "Dedup
+store at scale").
 
 Layout (raw byte keys; a bucket's prefix is its start, 8 bytes, biased to sort negatives):
   ``t`` + bucket start + identity -> ``b""``   (the purge drops a bucket with one range delete)
@@ -37,23 +36,27 @@ import json
 import shutil
 import sys
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 import numpy as np
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch
 
 from cutover.settings import DedupSettings
 from router.dedup_filter import (
+    IDENTITIES_PER_WORD,
     MASK_SHIFT,
     MASKS,
     Bucket,
+    ceil_pow2,
     mark,
     new_words,
     span_of,
-    words_per_bucket,
+    words_for,
 )
 from router.identity import IDENTITY_BYTES
+from router.store_memory import StoreMemory
 
 FORMAT_MARKER = b"cutover-dedup-store/2"
 _EARLIER_FORMATS = (b"cutover-dedup-store/1",)
@@ -91,14 +94,15 @@ def _keys(prefix: bytes, rows: np.ndarray) -> list[bytes]:
     return cast(list[bytes], keys.view(f"V{keys.shape[1]}").ravel().tolist())
 
 
-def _options(settings: DedupSettings) -> Options:
+def _options(settings: DedupSettings, memory: StoreMemory) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_write_buffer_size(settings.write_buffer_bytes)
     opts.set_max_write_buffer_number(2)
     opts.set_max_background_jobs(2)
+    opts.set_write_buffer_manager(memory.write_buffers)
     table = BlockBasedOptions()
-    table.set_block_cache(Cache(settings.block_cache_bytes))
+    table.set_block_cache(memory.block_cache)
     # No RocksDB Bloom filter: the front filter already keeps new identities from reading,
     # and a whole-file filter block (1.2 MB per million keys) evicted from a small cache was
     # read back for every lookup that got through (measured at 1M keys, 8 MiB cache, under
@@ -111,12 +115,15 @@ def _options(settings: DedupSettings) -> Options:
 
 
 class DedupStore:
-    def __init__(self, path: str | Path, settings: DedupSettings | None = None) -> None:
+    def __init__(self, path: str | Path, settings: DedupSettings | None = None,
+                 memory: StoreMemory | None = None) -> None:
+        """``memory``: what the worker's stores share (router.store_memory); a store of its
+        own when None (tools and tests)."""
         self.path = Path(path)
         self.settings = settings = settings or DedupSettings()
+        self.memory = memory or StoreMemory()
         self._span = span_of(settings.retention_ms)
         self._retention = settings.retention_ms
-        self._imask = words_per_bucket(settings.filter_bytes) - 1
         self._buckets: dict[int, Bucket] = {}
         self._live: list[array[int]] = []        # live buckets' bits, newest first: the lookups
         self._max_t: int | None = None      # newest bucket start seen (a lower bound)
@@ -142,7 +149,7 @@ class DedupStore:
                 "elsewhere or remove the directory")
         self.path.mkdir(parents=True, exist_ok=True)
         try:
-            db = Rdict(str(self.path), _options(self.settings))
+            db = Rdict(str(self.path), _options(self.settings, self.memory))
         except Exception as exc:  # rocksdict raises plain Exception on corruption/locks
             raise DedupStoreError(
                 f"cannot open dedup store {self.path}: {exc}. If it is damaged, remove the "
@@ -175,7 +182,6 @@ class DedupStore:
         return it.valid()
 
     def _load_buckets(self) -> None:
-        nwords = self._imask + 1
         for raw_key, raw_end in self._db.items(from_key=b"b"):
             key, end = cast(bytes, raw_key), cast(bytes, raw_end)  # a bytes-keyed store
             if key[:1] != b"b":
@@ -189,13 +195,16 @@ class DedupStore:
             self._db.delete(_FILTERS_KEY)  # trusted once: a crash from here on rebuilds
         starts = sorted(self._buckets)
         file = self.path / FILTERS_FILE
-        if (saved is not None and saved["words"] == nwords
-                and saved["starts"] == starts and file.is_file()
-                and file.stat().st_size == 8 * nwords * len(starts)):
+        sizes = saved.get("sizes") if saved is not None else None
+        if (saved is not None and isinstance(sizes, list) and saved["starts"] == starts
+                and len(sizes) == len(starts) and file.is_file()
+                and all(n == ceil_pow2(n) for n in sizes)
+                and file.stat().st_size == 8 * sum(sizes)):
             with file.open("rb") as f:
-                for start, count in zip(starts, saved["counts"], strict=True):
+                for start, count, n in zip(starts, saved["counts"], sizes, strict=True):
                     b = self._buckets[start]
-                    b.words.fromfile(f, nwords)
+                    self.memory.filters.grant(n)  # what the saved filter holds, not less
+                    b.words.fromfile(f, n)
                     if sys.byteorder == "big":
                         b.words.byteswap()
                     b.count = count
@@ -210,30 +219,70 @@ class DedupStore:
         than a chunk of keys (the registry and the keys are written in one batch, so every
         key belongs to a registered bucket)."""
         self.filters_rebuilt = True
-        nwords = self._imask + 1
         for b in self._buckets.values():
-            b.words, b.count = new_words(nwords), 0
-            bound = ReadOptions()
-            bound.set_iterate_upper_bound(b"t" + _t(b.start + 1))
-            chunk: list[bytes] = []
-            for key in self._db.keys(from_key=b.key_prefix, read_opt=bound):
-                chunk.append(cast(bytes, key))
-                if len(chunk) == _REBUILD_CHUNK:
-                    self._mark_keys(b, chunk)
-                    chunk.clear()
-            self._mark_keys(b, chunk)
+            self._refill(b, self.memory.filters.grant(
+                words_for(self._count_keys(b), self.settings.filter_bytes)))
+
+    def _bucket_keys(self, b: Bucket) -> Iterator[bytes]:
+        bound = ReadOptions()
+        bound.set_iterate_upper_bound(b"t" + _t(b.start + 1))
+        for key in self._db.keys(from_key=b.key_prefix, read_opt=bound):
+            yield cast(bytes, key)
+
+    def _count_keys(self, b: Bucket) -> int:
+        return sum(1 for _ in self._bucket_keys(b))
+
+    def _refill(self, b: Bucket, words: int) -> None:
+        """Give bucket ``b`` ``words`` new words (granted by the budget) and set them from its
+        keys on disk: one pass, in chunks, holding no more than a chunk of keys (the registry
+        and the keys are written in one batch, so every key belongs to a registered
+        bucket)."""
+        self.memory.filters.release(len(b.words))
+        b.words = new_words(words)
+        b.count = 0
+        chunk: list[bytes] = []
+        for key in self._bucket_keys(b):
+            chunk.append(key)
+            if len(chunk) == _REBUILD_CHUNK:
+                self._mark_keys(b, chunk)
+                chunk.clear()
+        self._mark_keys(b, chunk)
 
     def _mark_keys(self, b: Bucket, keys: list[bytes]) -> None:
         rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(-1, _KEY_BYTES)
-        mark(b.words, np.ascontiguousarray(rows[:, 9:]).tobytes(), self._imask)
+        mark(b.words, np.ascontiguousarray(rows[:, 9:]).tobytes())
         b.count += len(keys)
 
     def _new_bucket(self, start: int) -> Bucket:
-        b = Bucket(start, start + self._span, new_words(self._imask + 1),
-                   key_prefix=b"t" + _t(start))
+        """A bucket sized for as many identities as the newest one holds (the partition's
+        rate over a span; the first bucket of a store starts at the smallest size)."""
+        seen = max((b.count for b in self._buckets.values()), default=0)
+        words = self.memory.filters.grant(words_for(seen, self.settings.filter_bytes))
+        b = Bucket(start, start + self._span, new_words(words), key_prefix=b"t" + _t(start))
         self._buckets[start] = b
         self._opened.append(b)
         return b
+
+    def _grow_full(self) -> None:
+        """Rebuild larger each bucket filled past IDENTITIES_PER_WORD per word (its keys are
+        on disk: called after a write). Each rebuild at least quadruples the bucket, so the
+        keys read for it are a fraction of those added since."""
+        grown = False
+        budget = self.memory.filters
+        for b in self._buckets.values():
+            if b.count <= IDENTITIES_PER_WORD * len(b.words):
+                continue
+            wanted = words_for(b.count, self.settings.filter_bytes)
+            if wanted <= len(b.words):
+                continue   # at dedup.filter_bytes already
+            granted = budget.grant(wanted)
+            if granted <= len(b.words):
+                budget.release(granted)   # the worker's budget is spent
+                continue
+            self._refill(b, granted)
+            grown = True
+        if grown:
+            self._relive()
 
     def _relive(self) -> None:
         self._live = [self._buckets[s].words for s in sorted(self._buckets, reverse=True)]
@@ -244,19 +293,18 @@ class DedupStore:
         if identity in self._pending:
             return True
         h = _from_bytes(identity, "little")
-        i = h & self._imask
         m = MASKS[h >> MASK_SHIFT]
         for words in self._live:
-            if words[i] & m == m:
-                return self._confirm(identity, i, m)
+            if words[h & (len(words) - 1)] & m == m:
+                return self._confirm(identity, h, m)
         return False
 
-    def _confirm(self, identity: bytes, i: int, m: int) -> bool:
+    def _confirm(self, identity: bytes, h: int, m: int) -> bool:
         """The filter says maybe: ask RocksDB, in each bucket whose bits are all set."""
         get = self._db.get
         for start in sorted(self._buckets, reverse=True):
             b = self._buckets[start]
-            if b.words[i] & m == m:
+            if b.words[h & (len(b.words) - 1)] & m == m:
                 self.disk_reads += 1
                 if get(b.key_prefix + identity) is not None:
                     return True
@@ -287,7 +335,7 @@ class DedupStore:
             b = self._buckets.get(start) or self._open_bucket(start)
             if b is None:
                 continue
-            mark(b.words, group.tobytes(), self._imask)
+            mark(b.words, group.tobytes())
             b.count += len(group)
             for key in _keys(b.key_prefix, group):
                 put(key, b"")
@@ -308,6 +356,7 @@ class DedupStore:
     def _drop(self, buckets: list[Bucket]) -> None:
         for b in buckets:
             del self._buckets[b.start]
+            self.memory.filters.release(len(b.words))
             if b in self._opened:
                 self._opened.remove(b)
             self._dropped.append(b)
@@ -363,6 +412,8 @@ class DedupStore:
         self._db.write(batch)
         self._opened.clear()
         self._dropped.clear()
+        if identities:
+            self._grow_full()
 
     def purge(self, before_event_time: int) -> int:
         """Forget the buckets that end at or below ``before_event_time`` (their identities are
@@ -403,16 +454,23 @@ class DedupStore:
                 words.tofile(f)
         # The manifest last: present only if the file before it is complete.
         self._db.put(_FILTERS_KEY, json.dumps({
-            "words": self._imask + 1, "starts": starts,
+            "sizes": [len(self._buckets[s].words) for s in starts], "starts": starts,
             "counts": [self._buckets[s].count for s in starts]}).encode())
+        self._release_filters()
         self._db.close()
+
+    def _release_filters(self) -> None:
+        for b in self._buckets.values():
+            self.memory.filters.release(len(b.words))
+            b.words = array("Q")
+        self._live = []
 
     def destroy(self) -> None:
         """Close and delete the directory (the partition moved away or is rebuilt)."""
         self._pending.clear()
         self._pending_meta.clear()
+        self._release_filters()
         self._buckets.clear()
-        self._live = []
         self._db.close()
         shutil.rmtree(self.path, ignore_errors=True)
 

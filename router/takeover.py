@@ -29,6 +29,7 @@ from router.dedup_store import DedupStore
 from router.durability import Durability, RebuildMark
 from router.partition import Owned, RouteRuntime
 from router.readback import ReadBack, ReadBackFrom, read_back_outputs
+from router.store_memory import StoreMemory
 
 log = logging.getLogger("cutover.router")
 
@@ -56,11 +57,11 @@ def store_path(state_dir: Path, route: str, partition: int) -> Path:
 
 
 def restore(rt: RouteRuntime, partition: int, ck: Checkpoint | None, state_dir: Path,
-            low_offset: Callable[[str, int], int]) -> Restored:
+            low_offset: Callable[[str, int], int], memory: StoreMemory) -> Restored:
     """One partition's checkpoint and local store, before the read-back."""
     rs = rt.settings
     path = store_path(state_dir, rs.name, partition)
-    store = DedupStore(path, rs.dedup)
+    store = DedupStore(path, rs.dedup, memory)
     store_seq = int(store.get_meta("seq") or b"0")
     if ck is not None:
         offsets = dict(ck.offsets)
@@ -75,7 +76,7 @@ def restore(rt: RouteRuntime, partition: int, ck: Checkpoint | None, state_dir: 
     if stale:
         store.destroy()
         shutil.rmtree(path, ignore_errors=True)
-        store = DedupStore(path, rs.dedup)
+        store = DedupStore(path, rs.dedup, memory)
         start = min(start, rebuild_from)
     router = PartitionRouter(partition, identity=rt.identity, store=store,
                              retention_ms=rs.dedup.retention_ms,
@@ -89,13 +90,13 @@ def restore(rt: RouteRuntime, partition: int, ck: Checkpoint | None, state_dir: 
 def take_over(conf: dict[str, Any], routes: Mapping[str, RouteRuntime],
               plans: Mapping[str, CutoverPlan], checkpoints: Mapping[PartitionKey,
                                                                      Checkpoint | None],
-              state_dir: Path, low_offset: Callable[[str, int], int], atomic: bool = False
-              ) -> dict[PartitionKey, Owned]:
+              state_dir: Path, low_offset: Callable[[str, int], int], memory: StoreMemory,
+              atomic: bool = False) -> dict[PartitionKey, Owned]:
     """Take over partitions: restore each one's newest checkpoint, then read its output
     partition back (one read per output topic for all partitions taken over), then apply the
     plan held. ``atomic``: each batch's output commits with its checkpoint (transactions;
     router.durability.Durability.resume_point)."""
-    restored = {(route, p): restore(routes[route], p, ck, state_dir, low_offset)
+    restored = {(route, p): restore(routes[route], p, ck, state_dir, low_offset, memory)
                 for (route, p), ck in checkpoints.items()}
     readbacks: dict[PartitionKey, ReadBack] = {}
     for route in {r for r, _ in restored}:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict
 
-from cutover.settings import DedupSettings
+from cutover.settings import DedupSettings, StoreMemorySettings
 from router.dedup_store import DedupStore
 from router.identity import record_identity
+from router.store_memory import StoreMemory
 
 BASE_T = 1_767_225_600_000
 RETENTION_MS = 3_600_000     # every identity of the run stays within it
@@ -70,7 +71,10 @@ def measure(n: int, path: Path, filter_bytes: int | None = None) -> SizeResult:
     settings = (DedupSettings(retention_ms=RETENTION_MS) if filter_bytes is None else
                 DedupSettings(retention_ms=RETENTION_MS, filter_bytes=filter_bytes))
     rss0 = rss()
-    store = DedupStore(path, settings)
+    # one store alone: the worker's filter budget is no limit here (the store's
+    # dedup.filter_bytes is)
+    store = DedupStore(path, settings, StoreMemory(StoreMemorySettings(
+        filter_bytes=max(settings.filter_bytes, StoreMemorySettings().filter_bytes))))
     start = time.perf_counter()
     fill(store, n)
     fill_s = time.perf_counter() - start

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover.settings import DedupSettings
+from cutover.settings import DedupSettings, StoreMemorySettings
 from router.dedup_filter import filter_bytes_for
 from tests.bench.report import REPO, load_line, record
 
@@ -92,10 +92,10 @@ def _draw(rows: list[dict], set_bytes: float) -> None:
     cost.set_ylabel("microseconds")
     cost.set_title("cost per record")
     cost.legend(fontsize=8)
-    d = DedupSettings()
+    d, w = DedupSettings(), StoreMemorySettings()
     fig.suptitle(f"default filter {d.filter_bytes >> 20} MiB; sized filter: "
                  "filter_bytes_for(identities); block cache "
-                 f"{d.block_cache_bytes >> 20} MiB, write buffer {d.write_buffer_bytes >> 20} "
+                 f"{w.block_cache_bytes >> 20} MiB, write buffer {d.write_buffer_bytes >> 20} "
                  "MiB (x2)", fontsize=9)
     fig.tight_layout()
     fig.savefig(PNG, dpi=110)

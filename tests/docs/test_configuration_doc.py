@@ -10,11 +10,12 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from cutover.settings import DedupSettings, RouterSettings, RouteSettings
+from cutover.settings import DedupSettings, RouterSettings, RouteSettings, StoreMemorySettings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 TABLES = {"Top level": RouterSettings, "Routes (`routes[]`)": RouteSettings,
-          "Dedup (`routes[].dedup`)": DedupSettings}
+          "Dedup (`routes[].dedup`)": DedupSettings,
+          "Store memory (`store_memory`)": StoreMemorySettings}
 
 
 def _rows(section: str) -> dict[str, str]:

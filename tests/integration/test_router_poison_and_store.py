@@ -83,8 +83,8 @@ def _small_store_config(env: Env) -> Path:
     """Settings whose dedup store keeps 4 KiB of filter (full after a few hundred identities)
     and 1 MiB each of block cache and write buffer."""
     settings = env.settings_dict()
-    settings["routes"][0]["dedup"].update(filter_bytes=4096, block_cache_bytes=1 << 20,
-                                          write_buffer_bytes=1 << 20)
+    settings["routes"][0]["dedup"].update(filter_bytes=4096, write_buffer_bytes=1 << 20)
+    settings["store_memory"] = {"block_cache_bytes": 1 << 20, "write_buffer_bytes": 1 << 20}
     path = env.tmp / f"{env.name}-small-store.yaml"
     path.write_text(yaml.safe_dump(settings))
     return path

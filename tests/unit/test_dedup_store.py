@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from cutover.settings import DedupSettings
-from router.dedup_filter import MAX_LIVE_BUCKETS, mark
+from cutover.settings import DedupSettings, StoreMemorySettings
+from router.dedup_filter import IDENTITIES_PER_WORD, MAX_LIVE_BUCKETS, MIN_WORDS, mark
 from router.dedup_store import DedupStore, DedupStoreError
 from router.identity import record_identity
+from router.store_memory import StoreMemory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,7 +152,7 @@ def test_a_forced_false_positive_with_a_batch_not_yet_written(tmp_path: Path) ->
         store.add(a, ta)
         store.flush()
         store.add(c, tc)
-        mark(store._buckets[ta - ta % store._span].words, b, store._imask)
+        mark(store._buckets[ta - ta % store._span].words, b)
         assert b not in store and store.false_positives == 1 and store.disk_reads == 1
         assert a in store and c in store and store.disk_reads == 2
 
@@ -225,3 +226,68 @@ def test_destroy_removes_the_directory(tmp_path: Path) -> None:
     fresh = DedupStore(tmp_path / "p0")
     assert b"x" * 16 not in fresh
     fresh.close()
+
+
+def test_a_quiet_partition_holds_a_small_filter_and_a_busy_one_grows_its_own(
+        tmp_path: Path) -> None:
+    """Filters are sized for the identities a partition sees: a store with a few identities
+    keeps the smallest bucket; one that fills its bucket past 8 identities a word has it
+    rebuilt larger from its keys, and every identity added is still found."""
+    memory = StoreMemory()
+    quiet = DedupStore(tmp_path / "quiet", memory=memory)
+    busy = DedupStore(tmp_path / "busy", memory=memory)
+    for ident, t in ids(100):
+        quiet.add(ident, t)
+    quiet.flush()
+    added = ids(50_000)
+    for k in range(0, len(added), 5_000):
+        for ident, t in added[k:k + 5_000]:
+            busy.add(ident, t)
+        busy.flush()
+    assert quiet.filter_bytes == 8 * MIN_WORDS
+    assert busy.filter_bytes >= 50_000 * 8 // IDENTITIES_PER_WORD
+    assert all(ident in busy for ident, _ in added)
+    assert busy.false_positives < 500   # the filter keeps new identities from RocksDB
+    probe = ids(5_000, start=100_000)
+    assert not any(ident in busy for ident, _ in probe)
+    assert memory.filter_bytes_used == quiet.filter_bytes + busy.filter_bytes
+    quiet.close()
+    busy.close()
+    assert memory.filter_bytes_used == 0
+
+
+def test_the_filters_of_a_worker_stay_within_its_budget_and_lose_nothing(
+        tmp_path: Path) -> None:
+    """Eight stores share a budget far too small for their identities: each bucket gets what
+    is left (never below the floor), the refusals are counted, and every identity added is
+    found (a fuller filter costs RocksDB reads, not records)."""
+    memory = StoreMemory(StoreMemorySettings(filter_bytes=1 << 20))
+    stores = [DedupStore(tmp_path / f"p{i}", memory=memory) for i in range(8)]
+    added = ids(40_000)
+    for store in stores:
+        for k in range(0, len(added), 4_000):
+            for ident, t in added[k:k + 4_000]:
+                store.add(ident, t)
+            store.flush()
+    floor = 8 * MIN_WORDS * MAX_LIVE_BUCKETS * len(stores)
+    assert memory.filter_bytes_used <= (1 << 20) + floor
+    assert memory.filters.refused > 0
+    assert all(ident in store for store in stores for ident, _ in added[::97])
+    for store in stores:
+        store.destroy()
+    assert memory.filter_bytes_used == 0
+
+
+def test_grown_filters_are_saved_at_close_and_read_back_without_a_scan(
+        tmp_path: Path) -> None:
+    path = tmp_path / "p0"
+    added = ids(30_000)
+    with DedupStore(path) as store:
+        for ident, t in added:
+            store.add(ident, t)
+        store.flush()
+        size = store.filter_bytes
+    assert size > 8 * MIN_WORDS
+    with DedupStore(path) as store:
+        assert not store.filters_rebuilt and store.filter_bytes == size
+        assert all(ident in store for ident, _ in added[::7])

@@ -121,11 +121,22 @@ def test_dedup_memory_and_poison_tolerance_defaults(tmp_path: Path,
                                       "  - {name: s, inputs: [s.raw], output: s.out,\n"
                                       "     dedup: {retention_ms: 60000, filter_bytes: 4096}}\n"))
     r, short = s.routes
-    assert (r.dedup.filter_bytes, r.dedup.block_cache_bytes, r.dedup.write_buffer_bytes) == (
-        16 << 20, 8 << 20, 8 << 20)
+    assert (r.dedup.filter_bytes, r.dedup.write_buffer_bytes) == (16 << 20, 8 << 20)
+    assert (s.store_memory.block_cache_bytes, s.store_memory.write_buffer_bytes,
+            s.store_memory.filter_bytes) == (64 << 20, 64 << 20, 128 << 20)
     assert r.future_tolerance_ms == 600_000       # 10 minutes
     assert short.future_tolerance_ms == 30_000    # half a retention shorter than 20 minutes
     assert short.dedup.filter_bytes == 4096
+
+
+def test_the_block_cache_is_set_per_worker_not_per_route(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A settings file from before the worker-wide store memory is refused with the fix."""
+    monkeypatch.delenv("CUTOVER_BOOTSTRAP", raising=False)
+    with pytest.raises(SettingsError, match=r"store_memory\.block_cache_bytes"):
+        load_settings(write(tmp_path, "bootstrap: k:9092\nroutes:\n"
+                                      "  - {name: r, inputs: [r.raw], output: r.out,\n"
+                                      "     dedup: {block_cache_bytes: 8388608}}\n"))
 
 
 def test_poison_tolerance_must_stay_below_the_retention(tmp_path: Path,

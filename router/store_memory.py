@@ -1,0 +1,71 @@
+"""The memory of a worker's dedup stores, budgeted per worker, not per partition.
+
+A worker owns one dedup store per raw partition (router.dedup_store), from a few to hundreds.
+Sized per store, their caches, memtables and filters grew with the partitions a worker owns,
+and filled up over the retention window whether the partitions were busy or not. Here every
+store of a worker shares:
+
+* one RocksDB block cache (``store_memory.block_cache_bytes``): data and index blocks of all
+  the stores, the busy ones getting the room;
+* one RocksDB write-buffer manager (``store_memory.write_buffer_bytes``): when the memtables of
+  all the stores together pass it, RocksDB flushes the largest, so a store's memtable bound
+  (``dedup.write_buffer_bytes``) is a ceiling, not a reservation;
+* one budget for the front filters (``store_memory.filter_bytes``): a filter bucket is sized
+  for the identities its store is seeing (router.dedup_filter.words_for) and takes its words
+  from this budget; once the budget is spent a new or regrown bucket gets what is left (at
+  least :data:`router.dedup_filter.MIN_WORDS`), which costs RocksDB reads, never a record.
+
+The budget is accounting, not an allocator: a store asks :meth:`FilterBudget.grant` before it
+allocates a bucket's words and gives them back with :meth:`FilterBudget.release` when the
+bucket is dropped, regrown or its store closed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from rocksdict import Cache, WriteBufferManager
+
+from cutover.settings import StoreMemorySettings
+from router.dedup_filter import MIN_WORDS, floor_pow2
+
+
+@dataclass
+class FilterBudget:
+    """Words (8 bytes each) of front filter a worker's stores may hold together."""
+
+    words: int
+    used: int = 0
+    refused: int = 0   # grants cut short by the budget (a metric: the budget is too small)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def grant(self, wanted: int) -> int:
+        """Words for a bucket that wants ``wanted`` (a power of two): all of them if the
+        budget has room, else the largest power of two that fits, and never fewer than
+        MIN_WORDS (so a store always has a filter; the floor is a few KiB per bucket)."""
+        with self._lock:
+            room = self.words - self.used
+            granted = wanted if wanted <= room else max(MIN_WORDS, floor_pow2(room))
+            if granted < wanted:
+                self.refused += 1
+            self.used += granted
+            return granted
+
+    def release(self, words: int) -> None:
+        with self._lock:
+            self.used = max(0, self.used - words)
+
+
+class StoreMemory:
+    """What a worker's dedup stores share. Built once per worker (one per process)."""
+
+    def __init__(self, settings: StoreMemorySettings | None = None) -> None:
+        self.settings = settings = settings or StoreMemorySettings()
+        self.block_cache = Cache(settings.block_cache_bytes)
+        self.write_buffers = WriteBufferManager(settings.write_buffer_bytes, True)
+        self.filters = FilterBudget(settings.filter_bytes // 8)
+
+    @property
+    def filter_bytes_used(self) -> int:
+        return self.filters.used * 8

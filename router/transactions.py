@@ -61,6 +61,7 @@ PartitionKey = tuple[str, int]   # (route, raw partition)
 COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
 COMMIT_THREADS = 8
+START_THREADS = 64   # producers started at once on a takeover
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
 COMMIT_FAILPOINT_SLOW_S = 2.5   # ... and the ``txn-commit-fails-slowly`` one's
 COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's commit waits
@@ -127,7 +128,12 @@ class PartitionTransactions:
         transaction coordinator, and a takeover of many partitions would otherwise wait for
         them one after the other)."""
         todo = [k for k in dict.fromkeys(keys) if k not in self.producers]
-        started = list(self.pool.map(self._start, todo))
+        if not todo:
+            return
+        # all at once, not in waves of the commit pool's size: a start is round trips, not CPU
+        with ThreadPoolExecutor(min(len(todo), START_THREADS),
+                                thread_name_prefix="txn-start") as starts:
+            started = list(starts.map(self._start, todo))
         refused = [k for k, (_, error) in zip(todo, started, strict=True) if error is not None]
         for key, (producer, _) in zip(todo, started, strict=True):
             if not refused:

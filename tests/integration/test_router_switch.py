@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +93,10 @@ def test_switch_mid_stream(bootstrap: str, tmp_path: Path) -> None:
         assert status["routes"][env.route]["epoch"] == 2
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{env.http_port}/metrics").read()
         assert f'cutover_forwarded_total{{route="{env.route}"}} {len(evs)}'.encode() in metrics
+        # the added latency is fed from the batches written (a sample of each)
+        count = re.search(rf'cutover_added_latency_seconds_count{{route="{env.route}"}} (\d+)'
+                          .encode(), metrics)
+        assert count is not None and int(count.group(1)) > 0
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             assert env.cli("status", "--route", env.route) == 0

@@ -114,9 +114,10 @@ class Assignment:
         """Give partitions up: close their stores and producers (``discard``: purged, not
         flushed: router.transactions.PartitionTransactions.drop)."""
         gone = {k: o for k in keys if (o := self.owned.pop(k, None)) is not None}
+        unowned = keys - gone.keys()   # their takeover did not complete: a producer at most
         self._close(gone, discard)
-        if self.txn is not None:  # producers of partitions whose takeover did not complete
-            self.txn.drop(keys, discard=discard)
+        if self.txn is not None and unowned:
+            self.txn.drop(unowned, discard=discard)
         self._index()
 
     def drop_all(self, discard: bool = False) -> None:

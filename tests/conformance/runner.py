@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from pydantic import BaseModel
 
 from cutover.broker import BrokerUnderTest, create_topics
 from cutover.cli import main as cutover_main
@@ -42,6 +41,7 @@ from tests.conformance.data import (
     value_of,
 )
 from tests.conformance.scenario import Failure, Scenario
+from tests.output_counts import OutputCounts
 
 OLD, NEW = "blue", "green"
 POISON = b"poison-"
@@ -51,18 +51,11 @@ STALL_BATCHES = 5
 STALL_MAX_HELD = 8
 
 
-class CellResult(BaseModel):
+class CellResult(OutputCounts):
     """The verifier's counts for one cell; ``reasons`` is empty exactly when the cell passes."""
 
     cell: Scenario
     job: str | None = None   # a real Spark example job (tests/conformance/spark_slice.py)
-    expected: int = 0
-    forwarded: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    wrong_version: int = 0
-    unexpected: int = 0
-    order_violations: int = 0
     dead_lettered: int = 0
     # Records the cell put on the raw topic without the tagger's headers: each must reach the
     # dead-letter topic exactly once (the zombie cell's frozen batch carries some).

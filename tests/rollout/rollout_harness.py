@@ -4,11 +4,14 @@ the whole output against the timeline the rollout left."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,3 +177,21 @@ def check_output(route: RolloutRoute, primary: Callable[[int, int], str]) -> Cou
     assert not dups, f"{len(dups)} events duplicated, e.g. {dups[:5]}"
     assert not wrong, f"{len(wrong)} wrong records, e.g. {wrong[:5]}"
     return versions
+
+
+@contextlib.contextmanager
+def started_route(bootstrap: str, tmp_path: Path) -> Iterator[RolloutRoute]:
+    """A two-partition route with its router and blue running, blue's watermark seen; on exit
+    everything stopped, the green a rollout started included (it runs on after DONE)."""
+    r = RolloutRoute(Env(bootstrap, tmp_path, partitions=2))
+    r.start_router()
+    r.start_blue()
+    r.env.wait_horizon(0, versions=("blue",))
+    try:
+        yield r
+    finally:
+        r.stop_all()
+        for rec in r.journal()[-1:]:
+            if rec.new_process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(rec.new_process.pid, signal.SIGTERM)

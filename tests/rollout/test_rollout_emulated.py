@@ -15,22 +15,21 @@ from pathlib import Path
 import pytest
 
 from cutover.rollout.journal import Phase, Trigger
-from tests.integration.harness import Env, free_port, run_cli_json
-from tests.rollout.rollout_harness import RolloutRoute, check_output, rolled_back_timeline
+from tests.integration.harness import free_port, run_cli_json
+from tests.rollout.rollout_harness import (
+    RolloutRoute,
+    check_output,
+    rolled_back_timeline,
+    started_route,
+)
 
 pytestmark = pytest.mark.broker
 
 
 @pytest.fixture
 def route(bootstrap: str, tmp_path: Path) -> Iterator[RolloutRoute]:
-    r = RolloutRoute(Env(bootstrap, tmp_path, partitions=2))
-    r.start_router()
-    r.start_blue()
-    r.env.wait_horizon(0, versions=("blue",))
-    try:
+    with started_route(bootstrap, tmp_path) as r:
         yield r
-    finally:
-        r.stop_all()
 
 
 def rollout_args(r: RolloutRoute, *extra: str, green: tuple[str, ...] = (),

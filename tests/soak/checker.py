@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from pydantic import BaseModel
 
 from cutover.headers import EVENT_TIME
 from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, parse_status
 from router.kafka_io import base_conf, reader_conf
+from tests.output_counts import OutputCounts
 from tests.soak.workload import Event, parse_value
 
 
@@ -119,16 +119,9 @@ class OutputWatcher:
                     self.log.reported.setdefault((p, ps.epoch), ps.boundary)
 
 
-class Verdict(BaseModel):
+class Verdict(OutputCounts):
     """The checker's counts; ``reasons`` is empty exactly when the output is right."""
 
-    expected: int = 0
-    forwarded: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    wrong_version: int = 0
-    unexpected: int = 0
-    order_violations: int = 0
     unreadable: int = 0
     pinned: list[str] = []       # boundaries a partition moved (pinned), as notes
     lost_samples: list[int] = []

@@ -4,10 +4,7 @@ another process as an operator on another host would."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import threading
 import time
@@ -19,26 +16,15 @@ from typing import Any
 import pytest
 
 from tests.children import VENV_BIN
-from tests.integration.harness import Env
-from tests.rollout.rollout_harness import RolloutRoute, check_output
+from tests.rollout.rollout_harness import RolloutRoute, check_output, started_route
 
 pytestmark = pytest.mark.broker
 
 
 @pytest.fixture
 def route(bootstrap: str, tmp_path: Path) -> Iterator[RolloutRoute]:
-    r = RolloutRoute(Env(bootstrap, tmp_path, partitions=2))
-    r.start_router()
-    r.start_blue()
-    r.env.wait_horizon(0, versions=("blue",))
-    try:
+    with started_route(bootstrap, tmp_path) as r:
         yield r
-    finally:
-        r.stop_all()
-        for rec in r.journal()[-1:]:   # green, started by the rollout, runs on after DONE
-            if rec.new_process is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(rec.new_process.pid, signal.SIGTERM)
 
 
 class Hook:

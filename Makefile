@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka and Spark's Kafka connector, fetched once from Maven Central into an ignored cache.
 JVM_CACHE ?= .cache/jvm
+JVM_DIR   := $(abspath $(JVM_CACHE))
 JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
 # helm, built once from the Go module proxy into the same ignored cache (tests/deploy lint and
 # render the chart with it).
@@ -14,7 +15,7 @@ HELM         := .cache/bin/helm
 KUBECHECK    := .cache/bin/kubecheck
 # Prometheus' own rule-file parser on the alert rules (tests/deploy/promcheck).
 PROMCHECK    := .cache/bin/promcheck
-MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 dependency:copy-dependencies \
+MVN_COPY  := mvn -q -B -Dmaven.repo.local=$(JVM_DIR)/m2 dependency:copy-dependencies \
              -DincludeScope=runtime
 
 .PHONY: demo test test-all bench conformance soak lint clean jvm helm wheel-check
@@ -46,8 +47,8 @@ $(MATRIX_STAMP): jvm/kafka-broker-3.9.pom.xml jvm/spark-kafka-3.5.pom.xml
 	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	@echo "fetching Apache Kafka 3.9 and Spark 3.5's Kafka connector into $(JVM_CACHE) (once) ..."
 	@rm -rf $(JVM_CACHE)/kafka-3.9 $(JVM_CACHE)/spark-kafka-3.5
-	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/kafka-3.9
-	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(JVM_DIR)/kafka-3.9
+	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(JVM_DIR)/spark-kafka-3.5 \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.12,spark-token-provider-kafka-0-10_2.12,kafka-clients,commons-pool2
 	@touch $(MATRIX_STAMP)
 
@@ -70,11 +71,11 @@ KAFKA39_TESTS := tests/integration/test_router_transactions.py \
   tests/integration/test_router_failures.py tests/unit/test_compiled_path.py
 
 test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
-	CUTOVER_SPARK_KAFKA_JARS=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	CUTOVER_SPARK_KAFKA_JARS=$(JVM_DIR)/spark-kafka-3.5 \
 	  $(SPARK35_PY) -m pytest -m 'not bench' -k '$(SPARK35_SKIP)' $(SPARK35_TESTS)
 
 test-kafka39: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
-	CUTOVER_KAFKA_LIBS=$(CURDIR)/$(JVM_CACHE)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
+	CUTOVER_KAFKA_LIBS=$(JVM_DIR)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
 
 $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
@@ -89,8 +90,8 @@ $(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka.pom.xml
 	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	@echo "fetching Apache Kafka and Spark's Kafka connector into $(JVM_CACHE) (once) ..."
 	@rm -rf $(JVM_CACHE)/kafka $(JVM_CACHE)/spark-kafka
-	@$(MVN_COPY) -f jvm/kafka-broker.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/kafka
-	@$(MVN_COPY) -f jvm/spark-kafka.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/spark-kafka \
+	@$(MVN_COPY) -f jvm/kafka-broker.pom.xml -DoutputDirectory=$(JVM_DIR)/kafka
+	@$(MVN_COPY) -f jvm/spark-kafka.pom.xml -DoutputDirectory=$(JVM_DIR)/spark-kafka \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2
 	@touch $(JVM_STAMP)
 

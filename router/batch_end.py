@@ -24,13 +24,11 @@ and the records consumed for it are dropped (:class:`Stale`): they are read agai
 checkpoint.
 
 Each batch costs its partitions a transaction each, whatever its size: the delivery wait and
-the commit round trips (15-30 ms and 5-7 ms a partition here) and the broker's work for them.
-So a worker passing a backlog takes large batches (the ``batch_records`` setting, 80,000 by
-default). Measured on the router benchmark's data (seven alternating rounds each, medians,
-docs/performance.md): batches of 20,000 records reached 109% of the pass-through loop's
-records/s, 40,000 120-123%, 80,000 150%; the loop itself gained nothing from 40,000 (101% of
-its own figure with 20,000). Below a full batch the consume returns what arrived within its
-50 ms wait, so at rates the router keeps up with its batches, and its latency, are unchanged.
+the commit round trips and the broker's work for them. So a worker passing a backlog takes
+large batches (the ``batch_records`` setting, 80,000 by default; why that size:
+docs/decisions/005-batch-size.md). Below a full batch the consume returns what arrived within
+its 50 ms wait, so at rates the router keeps up with its batches, and its latency, are
+unchanged.
 """
 
 from __future__ import annotations
@@ -266,8 +264,7 @@ class BatchEnd:
         """The partitions in this batch's transactions: those with a checkpoint to write or
         output queued (a forward, dead letter or shadow copy marks its raw record undelivered
         in the partition's bookkeeping). Read from the owned partitions, not from the queued
-        output: scanning the queue cost a tuple and a lookup per forwarded record (~30 ms
-        per 100,000)."""
+        output: scanning the queue costs a tuple and a lookup per forwarded record."""
         return {key for key, o in self.owned.items()
                 if (o.durability.dirty or o.durability.undelivered)
                 and key not in self.in_flight}
@@ -293,8 +290,7 @@ class BatchEnd:
         stream that stopped on a produce error) is then not checked again. A second ask could
         not see more than the delivery check after it does: once the batch's transaction holds
         records in the partition, the last stable offset stops at the first of them. That
-        saves the batch a ListOffsets round trip on the data path's thread (5-10 ms on the
-        test broker; docs/performance.md)."""
+        saves the batch a ListOffsets round trip on the data path's thread."""
         self.check_ownership()  # again, as late as possible before writing
         parts = self.settled_parts()
         if not checked:

@@ -1,8 +1,9 @@
 """The router's data path: a batched confluent-kafka consume -> decide -> produce loop.
 
-Why not Faust agents: measured on this machine a per-event Faust agent passes ~2,000 records/s
-while a batched confluent loop passes ~200,000; the contract asks for >= 50% of the latter, so
-the loop is plain confluent-kafka, owned by a Faust service (router.app).
+Why not Faust agents: a per-event Faust agent passes two orders of magnitude fewer records
+than a batched confluent-kafka loop, and the router must keep up with the loop (docs/decisions/
+001-batched-data-path.md); so the loop is plain confluent-kafka, owned by a Faust service
+(router.app).
 
 Per batch, in this order (the durability argument of DESIGN.md rests on it):
 
@@ -260,8 +261,8 @@ class DataPath:
     def _resume_set_aside(self, tps: set[tuple[str, int]]) -> None:
         """Resume paused raw partitions before anything positions them (a seek, an assign).
         Why first: a partition positioned while paused is fetched, once resumed, from where
-        the client last delivered, not from where it was positioned (measured: the records in
-        between were skipped, and lost to the output)."""
+        the client last delivered, not from where it was positioned (the records in between
+        are skipped, and lost to the output: docs/decisions/007-rebuild-not-restart.md)."""
         if not tps:
             return
         self._paused -= tps
@@ -570,7 +571,7 @@ class DataPath:
                 send(owned, topic, off, headers, key, value)
             else:
                 # The Ref only now: a forward (half of all raw records) needs none, and a held
-                # record is the same object the rule keeps (~0.22 us saved per forward)
+                # record is the same object the rule keeps
                 d.record.ref = Ref(topic, off, headers, dur.out_pos)
                 self._act(owned, [d])
 

@@ -1,7 +1,7 @@
 """The dedup store's front filter: time-bucketed, blocked Bloom filters in plain arrays.
 
 Why: most identities the router looks up are new, and a new identity should not cost a
-RocksDB read. A Python set of the identities answered that in ~0.05 us but cost ~206 bytes of
+RocksDB read. A Python set of the identities answered that at once but cost ~206 bytes of
 RSS per identity (2M identities: +393 MB); this filter answers it from a fixed number of bits,
 sized for the identities a partition sees, whatever their number in retention. A "maybe" is
 confirmed by RocksDB, so a false positive costs one read and never a lost record.
@@ -91,8 +91,8 @@ def words_for(identities: int, filter_bytes: int) -> int:
 def filter_bytes_for(identities: int) -> int:
     """A ``dedup.filter_bytes`` for a partition with ``identities`` in retention: each bucket
     (half of them) at most :data:`IDENTITIES_PER_WORD` per word, so that a few percent of new
-    identities reach RocksDB (measured 1.7% at 10M, 3.1% at 50M: docs/performance.md, "Dedup
-    store at scale"); 4 to 8 bytes per identity, the power-of-two rounding deciding which."""
+    identities reach RocksDB (docs/performance.md, "Dedup store at scale"); 4 to 8 bytes per
+    identity, the power-of-two rounding deciding which."""
     words = max(1, -(-identities // (SPANS_PER_RETENTION * IDENTITIES_PER_WORD)))
     return 8 * MAX_LIVE_BUCKETS * (1 << (words - 1).bit_length())
 
@@ -120,7 +120,7 @@ def new_words(n: int) -> array[int]:
 def mark(words: array[int], identities: bytes) -> None:
     """Set the bits of many identities (16 bytes each, concatenated) in one bucket: the
     per-identity work of :meth:`DedupStore.add`, done for a whole batch at once by numpy
-    (a Python loop over the same costs ~0.2 us per identity)."""
+    (a Python loop over the same is the cost this saves)."""
     if not identities:
         return
     halves = np.frombuffer(identities, dtype="<u8").reshape(-1, 2)

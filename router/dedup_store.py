@@ -83,10 +83,9 @@ def _untime(raw: bytes) -> int:
 
 def _keys(prefix: bytes, rows: np.ndarray) -> list[bytes]:
     """The RocksDB keys of identities ``rows`` (one per row) in the bucket of ``prefix``, in
-    the order of their first 8 bytes: RocksDB's memtable takes keys in order ~25% faster
-    (~0.4 us each), and a row's first 8 bytes all but always tell it apart (the order only
-    speeds the write). Built by numpy: sorting and joining in Python took ~1.5 ms per 5,000
-    identities, this ~0.4 ms."""
+    the order of their first 8 bytes: RocksDB's memtable takes keys in order faster, and a
+    row's first 8 bytes all but always tell it apart (the order only speeds the write). Built
+    by numpy, for the whole batch: the per-identity Python loop is the cost it saves."""
     order = np.argsort(rows[:, :8].copy().view(">u8").ravel())
     keys = np.empty((len(rows), len(prefix) + rows.shape[1]), dtype=np.uint8)
     keys[:, :len(prefix)] = np.frombuffer(prefix, dtype=np.uint8)
@@ -104,9 +103,8 @@ def _options(settings: DedupSettings, memory: StoreMemory) -> Options:
     table = BlockBasedOptions()
     table.set_block_cache(memory.block_cache)
     # No RocksDB Bloom filter: the front filter already keeps new identities from reading,
-    # and a whole-file filter block (1.2 MB per million keys) evicted from a small cache was
-    # read back for every lookup that got through (measured at 1M keys, 8 MiB cache, under
-    # load: 906 us per lookup of a present key with it, 119 us without).
+    # and a whole-file filter block (1.2 MB per million keys) evicted from a small cache is
+    # read back for every lookup that gets through, several times the cost of the lookup.
     # Index blocks live in the block cache, so they are bounded by it too.
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)

@@ -327,8 +327,8 @@ class _MetricsSnapshot:
     added_latency: dict[str, tuple[list[int], int, float, tuple[float, ...]]]
 
 
-# Every metric the worker exports: name -> (type, help). docker/prometheus/alerts.yml may use
-# only these (a test checks it).
+# Every metric the worker exports: name -> (type, help). The alert rules
+# (deploy/helm/cutover-router/files/alerts.yaml) may use only these (a test checks it).
 METRICS: dict[str, tuple[str, str]] = {
     "build_info": ("gauge", "1, labelled with the versions this worker runs"),
     "forwarded_total": ("counter", "records forwarded to the output topic by this worker"),

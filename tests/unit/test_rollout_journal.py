@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from metrics_support import exported_families, series_names
 from pydantic import ValidationError
 from rollout_support import REF, T0, record
 
@@ -28,7 +29,6 @@ from cutover.rollout.journal import (
 )
 from cutover.rollout.metrics import prometheus
 from cutover.status import parse_status
-from router.status_publisher import StatusBoard
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docker" / "grafana" / "cutover-rollout.json"
 
@@ -101,12 +101,7 @@ def test_metrics_name_the_phase_its_time_and_the_comparison() -> None:
 
 
 def exported_names() -> set[str]:
-    board = StatusBoard("w", routes={"r": 1}, plans={}, partitions=lambda r: {},
-                        publish=lambda r, v: None, interval_s=1.0)
-    board.tick()
-    text = board.prometheus() + prometheus(record(compare=CompareSummary(
-        old="blue", new="green", partitions={}, ranges={}, max_diff=0.0)), T0)
-    return set(re.findall(r"^# TYPE (\S+) ", text, flags=re.M))
+    return series_names(exported_families())
 
 
 def test_every_metric_the_dashboard_draws_is_exported() -> None:

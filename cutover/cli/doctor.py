@@ -54,6 +54,7 @@ from cutover.access import (
     route_resources,
 )
 from cutover.cli import CliError
+from cutover.cli.settings_file import route_in, settings_file
 from cutover.kafka_errors import (
     ClientErrors,
     explain_connect_failure,
@@ -63,7 +64,7 @@ from cutover.kafka_errors import (
     transactional_id_refused,
 )
 from cutover.secrets import resolve_secrets
-from cutover.settings import RouterSettings, SettingsError, load_settings
+from cutover.settings import RouterSettings
 
 _RETRIED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
             KafkaError.COORDINATOR_NOT_AVAILABLE)
@@ -276,15 +277,9 @@ def render(report: DoctorReport) -> str:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-        if args.route is not None:
-            settings.route(args.route)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (fix the settings file)") from None
-    except KeyError:
-        raise CliError(f"no route {args.route!r} in {args.config}; name one of "
-                       f"{', '.join(r.name for r in settings.routes)}") from None
+    settings = settings_file(args.config)
+    if args.route is not None:
+        route_in(settings, args.route, args.config)
     report = examine(settings, Role(args.role), args.route, args.topic)
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=2))

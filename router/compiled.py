@@ -1,8 +1,8 @@
 """The compiled per-record path (router/_fastpath.c): which records it decides, how it is set up.
 
 Why: the router's per-record work in the interpreter cost about twice the CPU of a pass-through
-loop per raw record (docs/performance.md, section 2), and compiling the same Python unchanged
-did not help ("Compiling the per-record modules does not help"). The common case is narrow: a
+loop per raw record (docs/performance.md, "Router throughput"), and compiling the same Python
+unchanged did not help. The common case is narrow: a
 run of one raw partition's well-formed data records, each either not the primary for its
 event time (suppressed) or the primary's and new to the dedup store (forwarded). That case is
 written in C over the same Python objects (the partition's rule, its dedup store, its
@@ -25,7 +25,7 @@ It also produces forwards straight into librdkafka where it can (``use_direct_pr
 router/_produce.h): the consumed record's key, value and librdkafka headers, plus ``bg.src``,
 without a Python object or a delivery report, on the Producer layout of confluent-kafka 2.16,
 checked here at import (the start-up log says why, if not). Measured side by side
-(docs/performance.md, "Forwards produced straight into librdkafka"): the router's CPU per raw
+(docs/performance.md, "Router throughput"): the router's CPU per raw
 record fell by about a sixth. tests/integration/test_direct_produce.py reads a routed output
 back and compares it with the raw records, byte for byte.
 

@@ -4,7 +4,7 @@ Why: with transactions a partition's checkpoint and output commit together (rout
 so the order in which they are produced inside the transaction does not matter to durability.
 Producing each forward as it is decided lets the client send it while the loop decides the next
 records; queued for the batch's end, every record of the batch was produced at once and then
-waited for (docs/performance.md, "Where the router's time goes"). Without transactions the
+waited for (docs/performance.md, "Router throughput"). Without transactions the
 checkpoint must be durable before any output (router.datapath), so the output is queued.
 
 One :class:`InlineStream` per output partition and batch. It holds back its newest forward:

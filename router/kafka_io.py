@@ -51,7 +51,7 @@ class AccessDenied(BrokerUnavailable):
 
 
 # Topics missing from a listing may be ones this principal may not describe.
-_ROLE_RIGHTS = "the rights the README's access table gives its role"
+_ROLE_RIGHTS = 'the rights its role has in docs/security.md, "Access control"'
 
 
 def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:

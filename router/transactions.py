@@ -159,8 +159,8 @@ class PartitionTransactions:
                 f"the broker refuses this worker the transactional id "
                 f"{transactional_id(self.settings.group_id, route, p)}: grant its principal "
                 f"Write on the transactional ids with the prefix '{self.settings.group_id}.' "
-                "(README, Access control; `cutover doctor` checks it), or set transactions: "
-                "off")
+                '(docs/security.md, "Access control"; `cutover doctor` checks it), or set '
+                "transactions: off")
         return producer, None
 
     def drop(self, keys: Iterable[PartitionKey], discard: bool = False) -> None:

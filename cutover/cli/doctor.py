@@ -3,8 +3,8 @@
 A deploy that lacks one right fails half-way (the router starts, then cannot write its
 checkpoints; ``switch`` reads the status, then cannot publish). The doctor connects with the
 settings' own ``kafka:`` credentials and checks, for every topic and group the route uses,
-each right of the README's access table (:mod:`cutover.access`) for the chosen role, and
-reports rights held beyond it.
+each right of the access table (docs/security.md, "Access control"; :mod:`cutover.access`) for
+the chosen role, and reports rights held beyond it.
 
 How it asks: ``DescribeTopics`` and ``DescribeGroups`` with *authorized operations*
 (KIP-430): the broker's authorizer answers, for this principal, which operations it would allow
@@ -263,7 +263,8 @@ def render(report: DoctorReport) -> str:
         if not c.granted:
             lines.append(f"          grant: {r.kafka_acls(report.principal, report.bootstrap)}")
     for name in report.missing_topics:
-        lines.append(f"  topic {name} does not exist: create it (README, Topics)")
+        lines.append(f"  topic {name} does not exist: create it with `cutover init` "
+                     '(docs/operations.md, "Running it in production")')
     for e in report.excess:
         ops = ", ".join(op.value for op in e.operations)
         lines.append(f"  more than the {report.role.value} role needs: {ops} on {e.resource}; "

@@ -114,6 +114,26 @@ def test_every_metric_the_dashboard_draws_is_exported() -> None:
                for p in dash["panels"])
 
 
+def test_the_dashboard_draws_the_routers_health_by_current_names_on_a_grid() -> None:
+    from router.status_publisher import METRICS
+
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for wanted in ("cutover_dead_letters_total", "cutover_duplicates_total",
+                   "cutover_pauses_total", "cutover_consumer_lag_records",
+                   "cutover_added_latency_seconds_bucket", "cutover_worker_stalled",
+                   "cutover_worker_rebuilds_total"):
+        assert re.search(rf"\b{wanted}\b", exprs), f"the dashboard does not draw {wanted}"
+    deprecated = {f"cutover_{n}" for n, (_, h) in METRICS.items() if h.startswith("deprecated")}
+    assert deprecated and not {m for m in re.findall(r"\b(cutover_[a-z_]+)", exprs)} & deprecated
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    cells = [(x, y) for p in dash["panels"] for g in [p["gridPos"]]
+             for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])]
+    assert len(cells) == len(set(cells)), "two panels overlap"
+    assert all(0 <= x < 24 for x, _ in cells)
+
+
 def test_a_run_is_superseded_by_a_later_claim_or_another_owner_of_its_claim() -> None:
     from router.rollout_journal import superseded
 

@@ -1,4 +1,5 @@
-"""Who may do what on a route's topics: the README's "Access control" table, as data.
+"""Who may do what on a route's topics: the table of docs/security.md, "Access control", as
+data.
 
 Whoever can write the control topic decides what every consumer of the output receives, so
 each identity gets only the rights its work needs. The table is one function of the router

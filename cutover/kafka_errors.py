@@ -197,7 +197,7 @@ def denial(err: KafkaError | None, topic: str, conf: Mapping[str, Any],
     if err is None or err.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
         return None
     return (f"the broker refused {principal_of(conf)} access to topic {topic} ({err.str()}); "
-            f"grant it {needed} on {topic} (see the README's access table; `cutover doctor "
+            f'grant it {needed} on {topic} (docs/security.md, "Access control"; `cutover doctor '
             "--config FILE` checks every right)")
 
 

@@ -478,7 +478,7 @@ static Py_ssize_t src_into(RunObject *self, int64_t off, char *buf) {
     char digits[20];
     int n = 0;
     uint64_t u = (uint64_t)off;  /* off >= 0 (Run_scan declines others); not snprintf: its
-                                  * format parsing was 1% of the data path's samples */
+                                  * format parsing costs per record (docs/decisions/008) */
     do {
         digits[n++] = (char)('0' + u % 10);
         u /= 10;
@@ -547,8 +547,7 @@ static int produce_held(RunObject *self, Scan *s, PyObject *old, PyObject *new_h
                         PyObject *new_msg, int64_t new_off) {
     /* Producer.produce(topic, value, key, partition, callback, on_delivery, timestamp,
      * headers): positionally, in confluent-kafka's order. With keywords, its argument parser
-     * looked each of its eight names up in a dict built per call (twelve alternating rounds:
-     * 8.87 vs 9.39 us of CPU per raw record). */
+     * looks each of its eight names up in a dict built per call (docs/decisions/008). */
     PyObject *args[9] = {s->producer, PyTuple_GET_ITEM(old, 0), PyTuple_GET_ITEM(old, 3),
                          PyTuple_GET_ITEM(old, 2), self->partition_obj, Py_None, Py_None,
                          int_zero, PyTuple_GET_ITEM(old, 4)};

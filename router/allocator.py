@@ -3,13 +3,10 @@
 Every forwarded record is a librdkafka message allocated on the data path's thread and freed on
 a broker thread once delivered, and every consumed batch frees its fetch buffers there; with
 glibc's fastbins, those frees pile small chunks up that the next large allocation stops to
-consolidate. Profiled on the router benchmark, the data path's thread spent 19% of its samples
-in glibc's malloc and free (``malloc_consolidate`` alone 4.4%). With fastbins off
-(``mallopt(M_MXFAST, 0)``; small chunks still come from the per-thread cache), eight
-alternating rounds against the commit before measured a median 9.71 vs 11.01 us of CPU per raw
-record, seven rounds in its favour, and 88% vs 80% of the pass-through loop's records/s
-(docs/performance.md). Nothing else in the process depends on fastbins; another
-C library (musl) is left as it is.
+consolidate, a large share of the data path's CPU. With fastbins off (``mallopt(M_MXFAST,
+0)``) small chunks still come from the per-thread cache. Nothing else in the process depends on
+fastbins; another C library (musl) is left as it is. Why and what it saved:
+docs/decisions/009-gc-and-allocator.md.
 """
 
 from __future__ import annotations

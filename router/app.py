@@ -4,6 +4,10 @@ Faust runs the worker (signals, logging, the web server for ``/status`` and ``/m
 owns the data path as a service; the data path itself is a batched confluent-kafka loop in a
 thread (see router.datapath for why). Faust's own aiokafka clients are not started: nothing in
 the router goes through them, so no guarantee rests on a Faust table changelog.
+
+Faust is ready once its web server runs, before the data path has reached Kafka, so its
+"Ready" line is not printed; the worker logs ``router worker W ready`` once its data consumer
+has joined the group and taken over its first assignment (docs/decisions/001).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 from typing import Any
 
 import faust
@@ -36,6 +41,36 @@ class _NoKafkaBoot(BootStrategy):
 
 class RouterApp(faust.App):
     BootStrategy = _NoKafkaBoot
+
+
+class RouterWorker(faust.Worker):
+    """Faust's worker without its "Ready" line, which would come before the data path has
+    joined; :class:`JoiningDataPath` says when the worker is ready."""
+
+    def _on_startup_end_spinner(self) -> None:
+        if self.spinner:
+            self.spinner.finish()
+
+
+class JoiningDataPath(DataPath):
+    """The data path, which says once that it is ready: when its consumer has joined the group
+    and got its first assignment (an empty one included: a group with more workers than
+    partitions), its partitions taken over."""
+
+    def __init__(self, settings: RouterSettings, worker_id: str | None = None,
+                 instance_id: str | None = None) -> None:
+        super().__init__(settings, worker_id, instance_id)
+        self.joined = threading.Event()
+
+    def _note_takeover(self) -> None:
+        super()._note_takeover()
+        if not self.joined.is_set():
+            self.joined.set()
+            owned = sorted(self.owned)
+            log.info("router worker %s ready: joined group %s and owns %s", self.worker_id,
+                     self.settings.group_id,
+                     f"partitions {owned}" if owned else
+                     "no partition yet (the group has given them to its other workers)")
 
 
 class DataPathService(faust.Service):
@@ -75,7 +110,7 @@ class DataPathService(faust.Service):
 def build_app(settings: RouterSettings, worker_id: str | None = None,
               instance_id: str | None = None) -> tuple[RouterApp, DataPathService]:
     """The Faust app of one worker and the service that runs its data path."""
-    engine = DataPath(settings, worker_id, instance_id)
+    engine = JoiningDataPath(settings, worker_id, instance_id)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     web = settings.http_port is not None
     app = RouterApp(
@@ -119,7 +154,7 @@ def run_worker(settings: RouterSettings, loglevel: str = "INFO",
                instance_id: str | None = None) -> int:
     """Start a worker and block until it stops; return the exit code."""
     app, service = build_app(settings, instance_id=instance_id)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker = RouterWorker(app, loglevel=loglevel, quiet=True)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -1,8 +1,8 @@
 """The compiled per-record path (router/_fastpath.c): which records it decides, how it is set up.
 
-Why: the router's per-record work in the interpreter cost about twice the CPU of a pass-through
-loop per raw record (docs/performance.md, section 2), and compiling the same Python unchanged
-did not help ("Compiling the per-record modules does not help"). The common case is narrow: a
+Why: around a routing rule of a few microseconds, the interpreter's per-record work is what
+limits the router's throughput (docs/decisions/008-compiled-per-record-path.md). The common case
+is narrow: a
 run of one raw partition's well-formed data records, each either not the primary for its
 event time (suppressed) or the primary's and new to the dedup store (forwarded). That case is
 written in C over the same Python objects (the partition's rule, its dedup store, its
@@ -16,18 +16,15 @@ It reads consumed records directly where it can (``use_direct_reads``): confluen
 fields from the object, and the headers from librdkafka before Python converts them, so that a
 suppressed record costs no Python object. That rests on the Message layout of confluent-kafka
 2.16, checked here on a constructed Message at import; if it differs, the accessors are used
-and the start-up log says why. Measured (tests.bench.compare_checkouts, six alternating
-rounds): 3.61 against 4.14 us of CPU per raw record, 78% against 72% of the pass-through
-loop's records/s. tests/integration/test_direct_reads.py compares the direct reads with the
-accessors on records a broker returned.
+and the start-up log says why. tests/integration/test_direct_reads.py compares the direct reads
+with the accessors on records a broker returned.
 
 It also produces forwards straight into librdkafka where it can (``use_direct_produce``,
 router/_produce.h): the consumed record's key, value and librdkafka headers, plus ``bg.src``,
 without a Python object or a delivery report, on the Producer layout of confluent-kafka 2.16,
-checked here at import (the start-up log says why, if not). Measured side by side
-(docs/performance.md, "Forwards produced straight into librdkafka"): the router's CPU per raw
-record fell by about a sixth. tests/integration/test_direct_produce.py reads a routed output
-back and compares it with the raw records, byte for byte.
+checked here at import (the start-up log says why, if not).
+tests/integration/test_direct_produce.py reads a routed output back and compares it with the
+raw records, byte for byte.
 
 The extension is built by ``pip install`` when a C compiler is there (setup.py, optional);
 without it, or with ``CUTOVER_COMPILED_PATH=0``, the router runs interpreted, and its start-up

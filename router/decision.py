@@ -15,9 +15,9 @@ below ``H`` stays as decided.
 
 Poison timestamps: a data record whose event time is more than ``future_tolerance_ms`` ahead
 of the time it was written to the raw topic goes to the dead-letter topic before anything else
-looks at it, so it moves no horizon, retention window or pin (one record stamped ten years
-ahead used to move its partition's horizon there, and every later record of the partition went
-to the dead-letter topic as older than the retention). "Now" is the record's own write time
+looks at it, so it moves no horizon, retention window or pin (otherwise one record stamped ten
+years ahead would move its partition's horizon there, and every later record of the partition
+would go to the dead-letter topic as older than the retention). "Now" is the record's own write time
 (its Kafka timestamp, set by the tagger's producer or by the broker), not the router's clock:
 a replay after a restart, on any worker, then sees the same "now" and decides the same way.
 With the router's clock a replay would come later, could forward a record it had

@@ -1,11 +1,12 @@
 """Where a raw partition resumes: the bookkeeping behind every checkpoint. Pure, no I/O.
 
-The rule this module holds (README, "Durability"): a partition's resume offsets never pass a
-record that is held, not yet decided, or whose output (forward, dead letter, shadow) is queued
-but not yet delivered; and the checkpoint's ``readback_from`` is never above an output record
-whose raw offset is at or after those resume offsets. A batch's checkpoint is durable before
-its output is produced (router.datapath), so a crash in between replays those records and the
-read-back (router.readback) tells what was delivered from what was lost.
+The rule this module holds (docs/design.md, "Durability: the output log is the record of
+truth"): a partition's resume offsets never pass a record that is held, not yet decided, or
+whose output (forward, dead letter, shadow) is queued but not yet delivered; and the
+checkpoint's ``readback_from`` is never above an output record whose raw offset is at or after
+those resume offsets. A batch's checkpoint is durable before its output is produced
+(router.datapath), so a crash in between replays those records and the read-back
+(router.readback) tells what was delivered from what was lost.
 
 The same state keeps the output position the worker knows (what it read back plus what it
 delivered), which is where the next read-back may start, and the point of the output log

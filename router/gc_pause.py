@@ -3,13 +3,13 @@
 A consumed batch keeps about eight container objects per record alive until its output is
 written (the messages, their header lists, the queued outputs); then reference counting frees
 them all at once. With the cyclic collector running, CPython scans and promotes those objects
-many times over in between, for nothing: measured at ~20% of the router's time on the
-throughput benchmark. Nothing the data path builds per record forms a reference cycle.
+many times over in between, for nothing. Nothing the data path builds per record forms a
+reference cycle (and must not: such a cycle would live until the batch ends).
 
 Between batches (while the next one is consumed) the collector runs, and each of its full
 passes walked every object the worker made at start-up (modules, settings, clients, models):
-:func:`freeze_start_up` takes those out of its reach once the worker is up. Measured on the
-router benchmark: 4.06-4.13 vs 4.33-4.58 us of CPU per raw record (docs/performance.md).
+:func:`freeze_start_up` takes those out of its reach once the worker is up. What each saved:
+docs/decisions/009-gc-and-allocator.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Held records over ``max_held``: what is not kept in memory, and how it is read again.
 
 Ordered handover holds the new primary's records at or above a boundary until the old primary
-passes it. A job that dies after the switch would make that list grow with the stall (measured
-before this module: +407 MB of router RSS for 300,000 waiting records, ~1.4 KB each). So a
-partition keeps at most ``max_held`` of them; past that it *pauses*: a record the rule would
-hold is not kept, and the partition's resume offset stays at the first one not kept, so a
-restart reads it again too.
+passes it. A job that dies after the switch would make that list grow with the stall, by about
+a kilobyte and a half of memory per waiting record (docs/decisions/006). So a partition keeps
+at most ``max_held`` of them; past that it *pauses*: a record the rule would hold is not kept,
+and the partition's resume offset stays at the first one not kept, so a restart reads it again
+too.
 
 Why the raw partition is still read while paused: with both versions on one raw topic (the
 default layout) the old version's records and heartbeats come after the dropped records on the

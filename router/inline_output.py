@@ -3,21 +3,18 @@
 Why: with transactions a partition's checkpoint and output commit together (router.transactions),
 so the order in which they are produced inside the transaction does not matter to durability.
 Producing each forward as it is decided lets the client send it while the loop decides the next
-records; queued for the batch's end, every record of the batch was produced at once and then
-waited for (docs/performance.md, "Where the router's time goes"). Without transactions the
-checkpoint must be durable before any output (router.datapath), so the output is queued.
+records, instead of producing every record of the batch at its end and then waiting for them
+(docs/decisions/010-transactional-output-as-decided.md). Without transactions the checkpoint
+must be durable before any output (router.datapath), so the output is queued.
 
 One :class:`InlineStream` per output partition and batch. It holds back its newest forward:
 at the batch's end that record is queued and produced last, so it is the one whose delivery
 report says where the batch landed (router.output_writer.last_records). A forward decided on
 the general path (a release of held records, a record the compiled path left) goes into the
 live stream the same way (router.output_writer.OutputWriter.forward), so one output
-partition's records are always produced in the order they were decided. Before, it stopped
-the stream and the partition's later forwards of the batch were queued: 8,900 of the router
-benchmark's 100,000 forwards (its first batch, where each version is new to the worker, and
-the two batches around the switch), produced at the batch's end instead of as decided. A
-produce error stops the stream (:meth:`InlineStream.stop`): the records are queued, and the
-batch's end meets the error where it aborts the batch.
+partition's records are always produced in the order they were decided, and none waits for
+the batch's end. A produce error stops the stream (:meth:`InlineStream.stop`): the records are
+queued, and the batch's end meets the error where it aborts the batch.
 
 Before a partition's stream opens (router.datapath), the worker checks that it still owns the
 partition, looks for another writer's records at the end of the output partition, and begins
@@ -76,8 +73,8 @@ class InlineStream:
         while True:
             try:
                 # positionally, in Producer.produce's order (topic, value, key, partition,
-                # callback, on_delivery, timestamp, headers): its keyword parsing cost 5% of
-                # the router's CPU (router/_fastpath.c passes them the same way)
+                # callback, on_delivery, timestamp, headers): its keyword parsing costs CPU
+                # per record (docs/decisions/008; router/_fastpath.c passes them the same way)
                 producer.produce(held[0], held[3], held[2], p, None, None, 0, held[4])
                 return
             except BufferError:

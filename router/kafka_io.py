@@ -51,7 +51,7 @@ class AccessDenied(BrokerUnavailable):
 
 
 # Topics missing from a listing may be ones this principal may not describe.
-_ROLE_RIGHTS = "the rights the README's access table gives its role"
+_ROLE_RIGHTS = 'the rights its role has in docs/security.md, "Access control"'
 
 
 def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -77,10 +77,8 @@ SESSION_TIMEOUT_MS = 6000
 
 # The data consumer's prefetch: a large local queue, and a short pause when it is full.
 # librdkafka (2.x) pauses a partition's fetching for ``fetch.queue.backoff.ms`` (1 s by
-# default) once its queue passes the thresholds; a router catching up on a backlog drains
-# 20,000 records in ~0.1 s and then sat idle for the rest of that second (measured on the
-# router benchmark: 100-250 ms of empty polls per 200,800 records, and 650 ms for the
-# pass-through loop, which drains faster).
+# default) once its queue passes the thresholds; a router catching up on a backlog drains its
+# queue in a fraction of that and would sit idle for the rest (docs/decisions/011).
 PREFETCH = {"queued.max.messages.kbytes": 262144, "fetch.queue.backoff.ms": 20}
 
 
@@ -178,8 +176,8 @@ _T = TypeVar("_T")
 def _ask_while_leaders_move(consumer: Consumer, ask: Callable[[], _T],
                             asked: Callable[[], list[TopicPartition]], timeout: float) -> _T:
     """``ask()`` (an offsets request about ``asked()``), asked again while leadership moves
-    (``NOT_LEADER_FOR_PARTITION`` and the like, measured for ~3 s after a leader's kill -9), up
-    to ``timeout``; any other error, or one that lasts, is raised."""
+    (``NOT_LEADER_FOR_PARTITION`` and the like, for a few seconds after a leader dies), up to
+    ``timeout``; any other error, or one that lasts, is raised."""
     deadline = time.monotonic() + timeout
     delay = 0.1
     while True:
@@ -196,8 +194,8 @@ def _ask_while_leaders_move(consumer: Consumer, ask: Callable[[], _T],
                      err.str() if isinstance(err, KafkaError) else exc)
             time.sleep(delay)
             # The client's cached leader may be the dead broker: a metadata request for the
-            # topic refreshes it (a query alone does not, measured: "Unknown partition" for
-            # 30 s after a leader's kill -9).
+            # topic refreshes it (a query alone does not: it answers "Unknown partition" until
+            # the client's own refresh, docs/decisions/011).
             with contextlib.suppress(KafkaException):
                 consumer.list_topics(tps[0].topic, timeout=5.0)
             delay = min(delay * 2, 2.0)
@@ -227,9 +225,8 @@ def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 
                 attempt_s: float = ATTEMPT_S) -> dict[tuple[str, int], int]:
     """The end of each of ``tps`` (the last stable offset under ``read_committed``), asked in
     one ListOffsets per leader rather than one round trip per partition: the router asks it of
-    every output partition it writes, every batch (4 partitions: 8-25 ms one by one, 1-2 ms
-    together, measured on the test broker). Partitions that failed are asked again while
-    leadership moves (:func:`_ask_while_leaders_move`)."""
+    every output partition it writes, every batch (docs/decisions/011). Partitions that failed
+    are asked again while leadership moves (:func:`_ask_while_leaders_move`)."""
     ends: dict[tuple[str, int], int] = {}
     todo = list(tps)
 

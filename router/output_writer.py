@@ -15,8 +15,8 @@ once it is aborted. The data path's thread does not wait for the delivery: it co
 batch meanwhile (router.batch_end).
 
 Each queued output is a plain tuple (:data:`Output`), read by unpacking: the loop builds one per
-forwarded record, and a NamedTuple costs four to eight times as much to build (measured,
-100 vs 430-830 ns per record).
+forwarded record, and a NamedTuple costs several times as much to build
+(docs/decisions/008-compiled-per-record-path.md).
 """
 
 from __future__ import annotations
@@ -58,10 +58,9 @@ def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, De
     transaction abortable, so its commit fails and the batch is replayed from its checkpoint
     (router.transactions). The last record's offset alone then says whether the batch landed
     contiguously after the end this worker knew. Why not report every record: a delivery
-    report costs ~2.2-2.7 us of CPU per record (measured: 100,000 records produced and
-    flushed, 3.2-4.6 us each without a report, 6.0-6.8 us with one), more than the router's
-    whole routing of it. The scan stops once every tracked partition is found (the output is
-    interleaved: a few records from the end)."""
+    report costs more CPU than the router's whole routing of the record
+    (docs/decisions/008-compiled-per-record-path.md). The scan stops once every tracked
+    partition is found (the output is interleaved: a few records from the end)."""
     left = set(tracked)
     last: dict[int, Destination] = {}
     for i in range(len(queue) - 1, -1, -1):
@@ -81,7 +80,7 @@ class OutputWriter:
                  attempt_s: float = ATTEMPT_S) -> None:
         """``conf``: a reader's client settings (to read output partitions back); ``probe``:
         a consumer of its own for ListOffsets (on the data consumer the request queues behind
-        its long-poll fetch; measured: ~1 s per batch with the default wait); ``attempt_s``:
+        its long-poll fetch: docs/decisions/011); ``attempt_s``:
         one ListOffsets request's time before it is asked again (``request_timeout_s``)."""
         self.conf = conf
         self.producer = producer

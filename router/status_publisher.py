@@ -327,8 +327,8 @@ class _MetricsSnapshot:
     added_latency: dict[str, tuple[list[int], int, float, tuple[float, ...]]]
 
 
-# Every metric the worker exports: name -> (type, help). docker/prometheus/alerts.yml may use
-# only these (a test checks it).
+# Every metric the worker exports: name -> (type, help). The alert rules
+# (deploy/helm/cutover-router/files/alerts.yaml) may use only these (a test checks it).
 METRICS: dict[str, tuple[str, str]] = {
     "build_info": ("gauge", "1, labelled with the versions this worker runs"),
     "forwarded_total": ("counter", "records forwarded to the output topic by this worker"),
@@ -354,6 +354,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "added_latency_seconds": ("histogram", "raw record timestamp to output write, seconds"),
     "status_updated_timestamp_seconds": ("gauge", "when this worker last built its status "
                                                   "(stops moving when the worker stalls)"),
+    # router.watchdog.Progress exports these three.
+    "worker_stalled": ("gauge", "1 while the worker owns partitions with input waiting and "
+                                "decides nothing for stall_after_s, or a step has not returned"),
+    "worker_stalls_total": ("counter", "stalls the watchdog reported since start"),
+    "worker_rebuilds_total": ("counter", "client rebuilds (rejoins) since start"),
     # Kept for dashboards made before the names above; removed in a later release.
     "held": ("gauge", "deprecated: use cutover_held_records"),
     "watermark_ms": ("gauge", "deprecated: use cutover_watermark_seconds"),
@@ -368,15 +373,19 @@ def _package_version(name: str) -> str:
         return "unknown"
 
 
+def family_header(name: str) -> list[str]:
+    """The ``# HELP`` and ``# TYPE`` lines of a metric declared in :data:`METRICS`."""
+    kind, help_ = METRICS[name]
+    return [f"# HELP cutover_{name} {help_}", f"# TYPE cutover_{name} {kind}"]
+
+
 def render_metrics(statuses: list[RouteStatus], m: _MetricsSnapshot, worker: str,
                    last_tick_at: float | None) -> str:
     """The Prometheus text of one worker."""
     lines: list[str] = []
 
     def metric(name: str) -> None:
-        kind, help_ = METRICS[name]
-        lines.append(f"# HELP cutover_{name} {help_}")
-        lines.append(f"# TYPE cutover_{name} {kind}")
+        lines.extend(family_header(name))
 
     metric("build_info")
     lines.append(f'cutover_build_info{{version="{_package_version("cutover-streams")}",'

@@ -69,14 +69,9 @@ COMMIT_SLOW_S = 1.5        # how long each commit takes under ``txn-commits-slow
 # How long a partition's producer lets its records gather before it sends them. A batch's
 # output is visible only once its transaction commits, and the commit thread flushes it first
 # (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees.
-# With 5 ms each of the benchmark's 4 partition producers sent ~10 requests a batch, and the
-# broker's CPU for them took the router's share of 2 cores: 0.77-1.13 s of broker CPU per run
-# against 0.38-0.56 s for the pass-through loop; 0.31-0.51 s with 25 ms, and each commit
-# 4-7 ms instead of 15-25 ms. Alternating runs (medians): 5 ms 1.377 s vs 100 ms 1.159 s (4
-# of 6 faster); 100 ms 1.328 s vs 25 ms 1.191 s (7 of 8); 25 ms 0.995 s vs 12 ms 1.045 s (6 of
-# 10); 25 ms 1.195 s vs 50 ms 1.199 s. Some sending while the batch is still being decided
-# pays; one request at its end waits longer. The pass-through loop waits for its flush on its
-# own thread, so it sends as it goes: with 100 ms it was slower (1.87 s vs 1.42 s a run).
+# Shorter, each producer sends many small requests whose broker CPU competes with the router's;
+# longer, the sending waits for the batch's end. 25 ms sends part of a batch while it is still
+# being decided, in few requests (docs/decisions/010-transactional-output-as-decided.md).
 LINGER_MS = 25
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
@@ -165,8 +160,8 @@ class PartitionTransactions:
                 f"the broker refuses this worker the transactional id "
                 f"{transactional_id(self.settings.group_id, route, p)}: grant its principal "
                 f"Write on the transactional ids with the prefix '{self.settings.group_id}.' "
-                "(README, Access control; `cutover doctor` checks it), or set transactions: "
-                "off")
+                '(docs/security.md, "Access control"; `cutover doctor` checks it), or set '
+                "transactions: off")
         return producer, None
 
     def drop(self, keys: Iterable[PartitionKey], discard: bool = False) -> None:

@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from router.status_publisher import family_header
+
 log = logging.getLogger("cutover.router")
 
 # How often the watchdog thread looks at the data thread.
@@ -112,17 +114,14 @@ class Progress:
         self.reason = ""
 
     def prometheus(self) -> str:
-        return (
-            "# HELP cutover_worker_stalled 1 while the worker owns partitions with input "
-            "waiting and decides nothing for stall_after_s, or a step has not returned\n"
-            "# TYPE cutover_worker_stalled gauge\n"
-            f"cutover_worker_stalled {int(self.stalled)}\n"
-            "# HELP cutover_worker_stalls_total stalls the watchdog reported since start\n"
-            "# TYPE cutover_worker_stalls_total counter\n"
-            f"cutover_worker_stalls_total {self.stalls}\n"
-            "# HELP cutover_worker_rebuilds_total client rebuilds (rejoins) since start\n"
-            "# TYPE cutover_worker_rebuilds_total counter\n"
-            f"cutover_worker_rebuilds_total {self.rebuilds}\n")
+        """The watchdog's metrics, declared with the worker's others (status_publisher.METRICS)."""
+        lines: list[str] = []
+        for name, value in (("worker_stalled", int(self.stalled)),
+                            ("worker_stalls_total", self.stalls),
+                            ("worker_rebuilds_total", self.rebuilds)):
+            lines.extend(family_header(name))
+            lines.append(f"cutover_{name} {value}")
+        return "\n".join(lines) + "\n"
 
     def as_json(self) -> dict[str, object]:
         return {"stalled": self.stalled, "reason": self.reason or None,

@@ -7,7 +7,8 @@ plan: the event-time column is added to the client's plan (found from the schema
 reports, which carry Spark's watermark marks), the Kafka sink becomes ``foreachBatch`` with
 :class:`ConnectBatchTagger`, and every other setting of the query (options, checkpoint,
 trigger, output mode, name) is left as the job set it. The tagger object is plain data; the
-server's Python imports :mod:`spark_tagger` to run it (the README says how to ship it), reads
+server's Python imports :mod:`spark_tagger` to run it (docs/jobs.md, "On a cluster" says how
+to ship it), reads
 the batch's watermark from the checkpoint through the server, and produces from the server's
 executors as on a classic driver.
 

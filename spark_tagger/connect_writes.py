@@ -23,7 +23,8 @@ Save modes are those Spark's Kafka connector accepts (:mod:`.batch_writer`).
 Not served on Connect: a ``foreachBatch`` function whose topic another query of the job also
 writes. Each query's function runs in its own server-side process, so their heartbeats cannot
 carry the lower of the two watermarks; the tagger cannot see such a topic before the first
-write, so the README says it (plain Kafka sinks sharing a topic are refused at start).
+write, so docs/jobs.md, "Job shapes" says it (plain Kafka sinks sharing a topic are refused at
+start).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from cutover.cli import CliError
+from cutover.cli.settings_file import settings_file
 from cutover.plan import CutoverPlan, PlanRejected
-from cutover.settings import SettingsError, load_settings
 from router.kafka_io import BrokerUnavailable, base_conf, wait_for_broker
 from router.operator import (
     PlanNotPublished,
@@ -36,11 +36,7 @@ def cluster_args(p: argparse.ArgumentParser) -> None:
 
 def target_of(args: argparse.Namespace) -> Target:
     if getattr(args, "config", None):
-        try:
-            s = load_settings(args.config)
-        except SettingsError as exc:
-            raise CliError(f"{exc} (fix the settings file)") from None
-        return target_from_settings(s, args.bootstrap)
+        return target_from_settings(settings_file(args.config), args.bootstrap)
     if not getattr(args, "bootstrap", None):
         raise CliError("say where the cluster is: --config FILE (the router's settings) or "
                        "--bootstrap HOST:PORT")

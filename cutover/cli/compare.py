@@ -18,9 +18,9 @@ from typing import Any
 from cutover.cli import CliError, Deprecated
 from cutover.cli.cluster import broker_errors, cluster_args, connect, route_view
 from cutover.cli.rollout import parse_fraction
+from cutover.cli.settings_file import route_in, settings_file
 from cutover.cli.times import parse_duration_ms
 from cutover.rollout.journal import CompareSummary
-from cutover.settings import SettingsError, load_settings
 from router.compare_reader import RawTopicMissing, compare_route
 
 
@@ -39,13 +39,7 @@ def print_summary(s: CompareSummary) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-        route = settings.route(args.route)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (fix the settings file)") from None
-    except KeyError:
-        raise CliError(f"route {args.route!r} is not in {args.config}") from None
+    route = route_in(settings_file(args.config), args.route, args.config)
     if not args.new:
         raise CliError("name the version to check with --to (e.g. --to green)")
     t = connect(args)

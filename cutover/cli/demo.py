@@ -41,7 +41,16 @@ from cutover.cli.demo_report import Story, summarize
 from cutover.rollout.journal import Phase
 from cutover.tansu import EmbeddedBroker
 
-JOBS = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+def _jobs() -> Path:
+    """The example jobs the demo runs: examples/jobs, shipped in an installed wheel as
+    cutover/demo_jobs (setup.py); in a source checkout, the directory itself."""
+    here = Path(__file__).resolve()
+    packaged = here.parents[1] / "demo_jobs"
+    return packaged if packaged.is_dir() else here.parents[2] / "examples" / "jobs"
+
+
+JOBS = _jobs()
 # Small-machine Spark settings: the default 200 shuffle partitions make each micro-batch of a
 # stateful job take ~45 s on two cores; two partitions take well under a second.
 SPARK_CONF = [f"--conf={kv}" for kv in (

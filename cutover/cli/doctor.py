@@ -3,8 +3,8 @@
 A deploy that lacks one right fails half-way (the router starts, then cannot write its
 checkpoints; ``switch`` reads the status, then cannot publish). The doctor connects with the
 settings' own ``kafka:`` credentials and checks, for every topic and group the route uses,
-each right of the README's access table (:mod:`cutover.access`) for the chosen role, and
-reports rights held beyond it.
+each right of the access table (docs/security.md, "Access control"; :mod:`cutover.access`) for
+the chosen role, and reports rights held beyond it.
 
 How it asks: ``DescribeTopics`` and ``DescribeGroups`` with *authorized operations*
 (KIP-430): the broker's authorizer answers, for this principal, which operations it would allow
@@ -54,6 +54,7 @@ from cutover.access import (
     route_resources,
 )
 from cutover.cli import CliError
+from cutover.cli.settings_file import route_in, settings_file
 from cutover.kafka_errors import (
     ClientErrors,
     explain_connect_failure,
@@ -63,7 +64,7 @@ from cutover.kafka_errors import (
     transactional_id_refused,
 )
 from cutover.secrets import resolve_secrets
-from cutover.settings import RouterSettings, SettingsError, load_settings
+from cutover.settings import RouterSettings
 
 _RETRIED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
             KafkaError.COORDINATOR_NOT_AVAILABLE)
@@ -262,7 +263,8 @@ def render(report: DoctorReport) -> str:
         if not c.granted:
             lines.append(f"          grant: {r.kafka_acls(report.principal, report.bootstrap)}")
     for name in report.missing_topics:
-        lines.append(f"  topic {name} does not exist: create it (README, Topics)")
+        lines.append(f"  topic {name} does not exist: create it with `cutover init` "
+                     '(docs/operations.md, "Running it in production")')
     for e in report.excess:
         ops = ", ".join(op.value for op in e.operations)
         lines.append(f"  more than the {report.role.value} role needs: {ops} on {e.resource}; "
@@ -276,15 +278,9 @@ def render(report: DoctorReport) -> str:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-        if args.route is not None:
-            settings.route(args.route)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (fix the settings file)") from None
-    except KeyError:
-        raise CliError(f"no route {args.route!r} in {args.config}; name one of "
-                       f"{', '.join(r.name for r in settings.routes)}") from None
+    settings = settings_file(args.config)
+    if args.route is not None:
+        route_in(settings, args.route, args.config)
     report = examine(settings, Role(args.role), args.route, args.topic)
     if args.json:
         print(json.dumps(report.model_dump(mode="json"), indent=2))

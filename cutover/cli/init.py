@@ -24,8 +24,9 @@ from cutover.access import Role, required_rights
 from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, connect, publish_quietly, route_view
 from cutover.cli.route_topics import TopicRole, TopicSpec, route_topics, topic_problem
+from cutover.cli.settings_file import route_in, settings_file
 from cutover.plan import CutoverPlan, Segment, utcnow
-from cutover.settings import RouterSettings, RouteSettings, SettingsError, load_settings
+from cutover.settings import RouterSettings, RouteSettings
 
 _PRINCIPALS = {Role.ROUTER: "User:cutover-router", Role.OPERATOR: "User:cutover-operator",
                Role.JOB: "User:cutover-job"}
@@ -55,14 +56,8 @@ class InitReport(BaseModel):
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    try:
-        settings = load_settings(args.config)
-        route = settings.route(args.route)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (fix the settings file)") from None
-    except KeyError:
-        raise CliError(f"route {args.route!r} is not in {args.config}; routes there: "
-                       f"{', '.join(r.name for r in settings.routes)}") from None
+    settings = settings_file(args.config)
+    route = route_in(settings, args.route, args.config)
     t = connect(args)
     admin = AdminClient({k: v for k, v in t.conf.items() if k != "log_level"})
     with broker_errors():

@@ -33,6 +33,7 @@ from cutover.cli.rollout_driver import Driver, Superseded
 from cutover.cli.rollout_ops import register_actions
 from cutover.cli.rollout_procs import host, pid_alive
 from cutover.cli.rollout_view import make_view
+from cutover.cli.settings_file import route_in, settings_file
 from cutover.cli.times import parse_duration_ms
 from cutover.plan import utcnow
 from cutover.rollout.events import AbortRequested, Event
@@ -47,7 +48,7 @@ from cutover.rollout.journal import (
     owner_alive,
 )
 from cutover.rollout.notify import EventSink
-from cutover.settings import RouterSettings, SettingsError, load_settings
+from cutover.settings import RouterSettings
 from cutover.status import TransitionState
 from router.operator import RouteView, StateReader, Target
 from router.rollout_journal import ClaimLost, JournalNotWritten, claim, publish_record
@@ -172,15 +173,8 @@ def _settings(args: argparse.Namespace) -> RouterSettings | None:
             raise CliError("--compare reads the route's raw topics: pass --config (the "
                            "router's settings file)")
         return None
-    try:
-        s = load_settings(args.config)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (fix the settings file)") from None
-    try:
-        s.route(args.route)
-    except KeyError:
-        raise CliError(f"route {args.route!r} is not in {args.config}; routes there: "
-                       f"{', '.join(r.name for r in s.routes)}") from None
+    s = settings_file(args.config)
+    route_in(s, args.route, args.config)
     return s
 
 

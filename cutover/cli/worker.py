@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from cutover.cli import CliError
-from cutover.settings import SettingsError, load_settings
+from cutover.cli.settings_file import settings_file
 
 INSTANCE_ENV = "CUTOVER_INSTANCE_ID"
 INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -19,10 +19,7 @@ def _cmd_router(args: argparse.Namespace) -> int:
 
     from router.app import run_worker
 
-    try:
-        settings = load_settings(args.config)
-    except SettingsError as exc:
-        raise CliError(f"{exc} (fix the settings file)") from None
+    settings = settings_file(args.config)
     logging.basicConfig(level=getattr(logging, args.loglevel.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     instance = args.instance_id or os.environ.get(INSTANCE_ENV) or None

@@ -70,7 +70,8 @@ class CellResult(OutputCounts):
     reasons: list[str] = []
     # Why the cell cannot run on this broker (it stays in the table, marked, never hidden).
     not_applicable: str | None = None
-    # A failure this broker is known to leave (README, "Durability"): marked, never hidden.
+    # A failure this broker is known to leave (docs/design.md, "Durability: the output log is
+    # the record of truth"): marked, never hidden.
     residual: str | None = None
 
     @property

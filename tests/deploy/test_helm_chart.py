@@ -245,7 +245,7 @@ def test_alert_rules_use_only_metrics_that_are_served(secured: Rendered) -> None
     served = metric_names_served()
     assert "cutover_transition_state" in served and "cutover_rollout_phase" in served
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
-    assert {"CutoverTransitionStalled", "CutoverPartitionsPaused", "CutoverRouterDown"} <= {
+    assert {"CutoverTransitionStalled", "CutoverPartitionsPaused", "CutoverWorkerDown"} <= {
         a["alert"] for a in alerts}
     for a in alerts:
         used = set(re.findall(r"\bcutover_[a-z_]+", a["expr"]))

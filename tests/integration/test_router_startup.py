@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def test_unreachable_broker_retries_with_a_clear_message(tmp_path: Path) -> None
     assert code is None, f"the router gave up instead of retrying:\n{out}"
     assert out.count("cannot reach Kafka at 127.0.0.1:") >= 2
     assert "retrying in" in out and "Traceback" not in out
+    # Its web server runs, but it is not ready (tests/integration/test_router_ready.py)
+    assert not re.search(r"\bready\b", out, re.I), out
 
 
 @pytest.mark.broker

@@ -166,3 +166,19 @@ def test_a_role_command_without_its_extra_names_the_extra_to_install(
     assert done.returncode == 2
     assert f"pip install '{DISTRIBUTION}[{extra}]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_installed_demo_finds_its_jobs_in_the_package(built: Built, core_venv: Path) -> None:
+    """`cutover demo` runs the example jobs as scripts: the wheel carries examples/jobs as
+    cutover/demo_jobs, and the installed demo reads them there, not from a source checkout."""
+    with zipfile.ZipFile(built.wheel) as zf:
+        shipped = {n.removeprefix("cutover/demo_jobs/") for n in zf.namelist()
+                   if n.startswith("cutover/demo_jobs/")}
+    assert {p.name for p in (ROOT / "examples" / "jobs").glob("*.py")} <= shipped
+    done = run(core_venv, str(core_venv / "bin" / "python"), "-c",
+               "from cutover.cli.demo import JOBS; print(JOBS)")
+    assert done.returncode == 0, done.stderr
+    jobs = Path(done.stdout.strip())
+    assert jobs.is_relative_to(core_venv) and jobs.name == "demo_jobs", jobs
+    for script in ("windowed_totals.py", "windowed_totals_stuck.py"):   # the demo's
+        assert (jobs / script).read_text() == (ROOT / "examples" / "jobs" / script).read_text()

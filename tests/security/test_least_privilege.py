@@ -1,9 +1,9 @@
 """Least privilege, proven on a broker that refuses whatever no ACL grants.
 
-Each role's identity holds exactly its row of the README's access table (``cutover doctor``
-finds every right granted and nothing more), and the broker refuses each of them what the
-table does not grant: a job cannot touch the control topic, a router cannot publish a plan,
-an operator cannot write the output.
+Each role's identity holds exactly its row of the access table (docs/security.md, "Access
+control"; ``cutover doctor`` finds every right granted and nothing more), and the broker
+refuses each of them what the table does not grant: a job cannot touch the control topic, a
+router cannot publish a plan, an operator cannot write the output.
 """
 
 from __future__ import annotations

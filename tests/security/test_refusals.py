@@ -43,8 +43,8 @@ def test_a_job_identity_writing_the_control_topic_is_refused_by_the_broker(
     assert run.code == 3, run.text
     assert run.err.startswith(f"cutover switch: the broker refused user '{route.job.user}' "
                               f"access to topic {route.status} (Broker: Topic authorization "
-                              "failed); grant it the rights the README's access table gives "
-                              "its role"), run.err
+                              "failed); grant it the rights its role has in docs/security.md, "
+                              '"Access control"'), run.err
     assert "Traceback" not in run.text
     assert _control_end(route) == 0  # nothing reached the control topic
 
@@ -78,7 +78,8 @@ def test_a_status_reader_without_read_rights_gets_a_sentence_not_a_hang(
     assert run.err.startswith(f"cutover {command}: the broker refused user '{viewer.user}' "
                               f"access to topic {route.status} ("), run.err
     assert "Topic authorization failed" in run.err
-    grant = ("grant it the rights the README's access table gives its role" if rights == "none"
+    grant = ('grant it the rights its role has in docs/security.md, "Access control"'
+             if rights == "none"
              else f"grant it Read on {route.status}")
     assert grant in run.err, run.err
     assert "Traceback" not in run.text

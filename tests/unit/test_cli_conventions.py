@@ -116,3 +116,37 @@ def test_a_command_refused_by_an_absent_broker_prints_its_sentence_alone(
     kept = keep_client_logs_out()
     assert any("Connect to" in line or "refused" in line.lower() for line in kept.kept), \
         "the client's lines were not kept for -v"
+
+
+SETTINGS_READERS = {
+    "compare": ["--to", "green"],
+    "init": ["--primary", "blue"],
+    "doctor": ["--role", "router"],
+    "rollout": ["--to", "green", "--compare", "--start", "true", "--stop-old", "true"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(SETTINGS_READERS))
+def test_a_route_not_in_the_settings_file_is_refused_alike_by_every_command(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text("bootstrap: 127.0.0.1:9\nroutes:\n"
+                   "  - {name: orders, inputs: [orders.raw], output: orders}\n"
+                   "  - {name: totals, inputs: [totals.raw], output: totals}\n")
+    code = main([command, "--config", str(cfg), "--route", "order",
+                 *SETTINGS_READERS[command]])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"cutover {command}: route 'order' is not in {cfg}; routes there: orders, totals\n")
+
+
+@pytest.mark.parametrize("command", [*sorted(SETTINGS_READERS), "router", "status"])
+def test_a_settings_file_that_does_not_load_is_refused_alike_by_every_command(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "router.yaml"
+    cfg.write_text("bootstrap: 127.0.0.1:9\nroutes: []\nno_such_setting: 1\n")
+    route = [] if command in ("router",) else ["--route", "orders"]
+    code = main([command, "--config", str(cfg), *route, *SETTINGS_READERS.get(command, [])])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"cutover {command}: ") and err.endswith(" (fix the settings file)\n")

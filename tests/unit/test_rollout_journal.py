@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from metrics_support import exported_families, series_names
 from pydantic import ValidationError
 from rollout_support import REF, T0, record
 
@@ -28,7 +29,6 @@ from cutover.rollout.journal import (
 )
 from cutover.rollout.metrics import prometheus
 from cutover.status import parse_status
-from router.status_publisher import StatusBoard
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docker" / "grafana" / "cutover-rollout.json"
 
@@ -101,12 +101,7 @@ def test_metrics_name_the_phase_its_time_and_the_comparison() -> None:
 
 
 def exported_names() -> set[str]:
-    board = StatusBoard("w", routes={"r": 1}, plans={}, partitions=lambda r: {},
-                        publish=lambda r, v: None, interval_s=1.0)
-    board.tick()
-    text = board.prometheus() + prometheus(record(compare=CompareSummary(
-        old="blue", new="green", partitions={}, ranges={}, max_diff=0.0)), T0)
-    return set(re.findall(r"^# TYPE (\S+) ", text, flags=re.M))
+    return series_names(exported_families())
 
 
 def test_every_metric_the_dashboard_draws_is_exported() -> None:
@@ -117,6 +112,26 @@ def test_every_metric_the_dashboard_draws_is_exported() -> None:
     assert used and used <= exported_names(), used - exported_names()
     assert any(p["type"] == "state-timeline" and "cutover_rollout_phase" in p["targets"][0]["expr"]
                for p in dash["panels"])
+
+
+def test_the_dashboard_draws_the_routers_health_by_current_names_on_a_grid() -> None:
+    from router.status_publisher import METRICS
+
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for wanted in ("cutover_dead_letters_total", "cutover_duplicates_total",
+                   "cutover_pauses_total", "cutover_consumer_lag_records",
+                   "cutover_added_latency_seconds_bucket", "cutover_worker_stalled",
+                   "cutover_worker_rebuilds_total"):
+        assert re.search(rf"\b{wanted}\b", exprs), f"the dashboard does not draw {wanted}"
+    deprecated = {f"cutover_{n}" for n, (_, h) in METRICS.items() if h.startswith("deprecated")}
+    assert deprecated and not {m for m in re.findall(r"\b(cutover_[a-z_]+)", exprs)} & deprecated
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    cells = [(x, y) for p in dash["panels"] for g in [p["gridPos"]]
+             for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])]
+    assert len(cells) == len(set(cells)), "two panels overlap"
+    assert all(0 <= x < 24 for x, _ in cells)
 
 
 def test_a_run_is_superseded_by_a_later_claim_or_another_owner_of_its_claim() -> None:

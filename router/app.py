@@ -16,7 +16,6 @@ import asyncio
 import logging
 import os
 import signal
-import threading
 from typing import Any
 
 import faust
@@ -45,32 +44,11 @@ class RouterApp(faust.App):
 
 class RouterWorker(faust.Worker):
     """Faust's worker without its "Ready" line, which would come before the data path has
-    joined; :class:`JoiningDataPath` says when the worker is ready."""
+    joined; :meth:`DataPath._note_takeover` says when the worker is ready."""
 
     def _on_startup_end_spinner(self) -> None:
         if self.spinner:
             self.spinner.finish()
-
-
-class JoiningDataPath(DataPath):
-    """The data path, which says once that it is ready: when its consumer has joined the group
-    and got its first assignment (an empty one included: a group with more workers than
-    partitions), its partitions taken over."""
-
-    def __init__(self, settings: RouterSettings, worker_id: str | None = None,
-                 instance_id: str | None = None) -> None:
-        super().__init__(settings, worker_id, instance_id)
-        self.joined = threading.Event()
-
-    def _note_takeover(self) -> None:
-        super()._note_takeover()
-        if not self.joined.is_set():
-            self.joined.set()
-            owned = sorted(self.owned)
-            log.info("router worker %s ready: joined group %s and owns %s", self.worker_id,
-                     self.settings.group_id,
-                     f"partitions {owned}" if owned else
-                     "no partition yet (the group has given them to its other workers)")
 
 
 class DataPathService(faust.Service):
@@ -110,7 +88,7 @@ class DataPathService(faust.Service):
 def build_app(settings: RouterSettings, worker_id: str | None = None,
               instance_id: str | None = None) -> tuple[RouterApp, DataPathService]:
     """The Faust app of one worker and the service that runs its data path."""
-    engine = JoiningDataPath(settings, worker_id, instance_id)
+    engine = DataPath(settings, worker_id, instance_id)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     web = settings.http_port is not None
     app = RouterApp(

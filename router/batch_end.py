@@ -1,7 +1,8 @@
 """The end of a batch: steps 3 to 5 of router.datapath's order, once every consumed record
 of the batch is decided. Kept apart from the per-record loop, as faust keeps its producer
-apart from its consumer loop: this is where the durability argument (README, "Durability")
-is carried out, and nothing here runs per record.
+apart from its consumer loop: this is where the durability argument (docs/design.md,
+"Durability: the output log is the record of truth") is carried out, and nothing here runs per
+record.
 
 Without transactions: the checkpoint of every changed partition is written and waited for,
 then the queued output is produced and waited for, then the dedup stores are flushed and

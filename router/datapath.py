@@ -38,7 +38,8 @@ records is decided (router.batch_end).
 The per-record loop of step 2 runs compiled where it can (router.compiled); the interpreted
 loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.
 
-Start-up topic checks: router.topics. The rules, module by module: README, "Durability".
+Start-up topic checks: router.topics. The rules, module by module: docs/design.md, "Durability:
+the output log is the record of truth".
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class DataPath:
         self.routes: dict[str, RouteRuntime] = {}
         self.topic_route: dict[str, RouteRuntime] = {}
         self.owned: dict[tuple[str, int], Owned] = {}
+        self.joined = threading.Event()   # set once the first assignment is taken over
         self.store_memory = StoreMemory(settings.store_memory)
         self._route_sizes: dict[str, int] = {}
         self.board = StatusBoard(self.worker_id, routes=self._route_sizes,
@@ -273,9 +275,19 @@ class DataPath:
                 log.info("resuming %s: %s", sorted(tps), exc)
 
     def _note_takeover(self) -> None:
-        """After the group assigned partitions: recovering counts as progress."""
+        """After the group assigned partitions: recovering counts as progress. The first time,
+        the worker says it is ready: its consumer has joined the group and got its first
+        assignment (an empty one included: a group with more workers than partitions), its
+        partitions taken over."""
         self._took_over = True
         self.progress.idle()  # recovering, not idle: the stall clock starts again
+        if not self.joined.is_set():
+            self.joined.set()
+            owned = sorted(self.owned)
+            log.info("router worker %s ready: joined group %s and owns %s", self.worker_id,
+                     self.settings.group_id,
+                     f"partitions {owned}" if owned else
+                     "no partition yet (the group has given them to its other workers)")
 
     def _current_consumer(self) -> Consumer:
         assert self._consumer is not None

@@ -17,11 +17,6 @@ HISTORY = [
     re.compile(r"\btried, not kept\b", re.I),
     re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"),   # a commit hash
 ]
-# Modules being changed elsewhere at the same time: their history moves to decision records
-# when they are next edited (the test says when this set can shrink).
-PENDING = {"router/datapath.py", "router/dedup_store.py", "router/dedup_filter.py",
-           "router/batch_end.py"}
-
 
 def history_lines(path: Path) -> list[str]:
     """``path:line: text`` of each line that carries measurement history."""
@@ -36,10 +31,7 @@ def is_history(line: str) -> bool:
 
 def test_the_routers_docstrings_and_comments_carry_no_measurement_history() -> None:
     found = {p.relative_to(ROOT).as_posix(): history_lines(p) for p in SOURCES}
-    assert [line for path, lines in found.items() if path not in PENDING
-            for line in lines] == []
-    assert all(found[p] for p in PENDING), \
-        f"no history left, drop from PENDING: {[p for p in PENDING if not found[p]]}"
+    assert [line for lines in found.values() for line in lines] == []
 
 
 def test_the_patterns_find_what_they_are_for() -> None:

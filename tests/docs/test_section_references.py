@@ -19,13 +19,6 @@ UNQUOTED = re.compile(r"\b(README(?:\.md)?|docs/[\w./-]+\.md),\s+([A-Z][\w -]{0,
 # Vague pointers, in the product's messages and docstrings, that a reader cannot follow to one
 # place.
 VAGUE = re.compile(r"\bthe README's\b|\bthe README says\b")
-# References in modules being changed elsewhere at the same time; each is pointed at its
-# section when that module is next edited (then this set shrinks; the test says when).
-PENDING = {
-    ("router/datapath.py", "README", "Durability"),
-    ("router/batch_end.py", "README", "Durability"),
-}
-
 
 def headings(page: Path) -> set[str]:
     out: set[str] = set()
@@ -63,8 +56,7 @@ def test_every_section_the_code_points_at_is_a_heading_of_its_page() -> None:
             if not target.is_file() or section not in headings(target):
                 broken.add((rel, page, section))
     assert seen >= 10, "the pattern no longer finds the code's references"
-    assert broken - PENDING == set(), sorted(broken - PENDING)
-    assert broken >= PENDING, f"fixed, drop them from PENDING: {sorted(PENDING - broken)}"
+    assert broken == set(), sorted(broken)
 
 
 def test_the_code_points_at_a_section_not_at_the_readme_in_general() -> None:

@@ -155,7 +155,12 @@ def streams_anchor(s: Section) -> list[str]:
                      "Kafka Streams, CPU per record", "records per CPU second, router / "
                      "Kafka Streams", "first output after start, router / Kafka Streams"),
                     rows), "", f"Goal: {goal:.1f}x or more. Medians of {s['rounds']} rounds of "
-            f"{s['events']:,} events per version. {checked}"]
+            f"{s['events']:,} events per version. {checked} Threads and peak RSS of each "
+            "process (the median round): " + "; ".join(
+                f"{r['partitions']} partitions: router {r['router']['threads']} threads, "
+                f"{r['router']['peak_rss_mb']:,.0f} MB, Kafka Streams "
+                f"{r['streams']['threads']} threads, {r['streams']['peak_rss_mb']:,.0f} MB"
+                for r in s["by_partitions"]) + "."]
 
 
 # (section key, title, what it measures, table)

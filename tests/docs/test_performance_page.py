@@ -64,3 +64,5 @@ def test_the_kafka_streams_anchor_shows_each_ratio_against_its_goal() -> None:
     assert ("| 64 | 9,000 | 10,000 | 0.90x FAIL | 50.00 µs | 60.00 µs | 1.20x PASS "
             "| 30.0 s / 4.2 s |") in section
     assert "0 lost, 0 duplicated" in section
+    assert ("64 partitions: router 40 threads, 200 MB, Kafka Streams 40 threads, 200 MB."
+            in section)

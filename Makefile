@@ -97,6 +97,19 @@ $(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka.pom.xml
 
 jvm: $(JVM_STAMP)
 
+# The Kafka Streams application the router is benchmarked against (jvm/streams-router, Java 17,
+# exactly_once_v2), built by Maven from Maven Central into the same ignored cache.
+STREAMS_ROUTER := $(JVM_CACHE)/streams-router/streams-router.jar
+.PHONY: jvm-streams
+
+$(STREAMS_ROUTER): jvm/streams-router/pom.xml $(wildcard jvm/streams-router/src/main/java/cutover/streams/*.java)
+	@command -v mvn >/dev/null || { echo "the benchmark needs Maven (apt-get install maven) and Java 17"; exit 1; }
+	@echo "building the Kafka Streams router into $(JVM_CACHE)/streams-router ..."
+	@mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 -f jvm/streams-router/pom.xml \
+	  -Dstreams.build.dir=$(abspath $(JVM_CACHE))/streams-router package
+
+jvm-streams: $(STREAMS_ROUTER)
+
 $(HELM):
 	@command -v go >/dev/null || { echo "the chart tests need Go to build helm (https://go.dev/dl)"; exit 1; }
 	@echo "building helm $(HELM_VERSION) into $(dir $(HELM)) (once) ..."
@@ -128,7 +141,7 @@ test: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 test-all: $(STAMP) $(JVM_STAMP) $(HELM) $(KUBECHECK) $(PROMCHECK)
 	$(PY) -m pytest -m 'not bench and not conformance_full'
 
-bench: $(STAMP) $(JVM_STAMP)
+bench: $(STAMP) $(JVM_STAMP) $(STREAMS_ROUTER)
 	$(PY) -m pytest -m bench -s tests/bench tests/spark/test_bench_kafka.py
 	$(PY) -m tests.docs.performance_page --merge var/bench/results.json   # -> docs/performance.md
 

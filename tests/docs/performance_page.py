@@ -137,6 +137,32 @@ def two_workers(s: Section) -> list[str]:
                    ("rounds", ", ".join(f"{x}x" for x in rounds) if rounds else None)])
 
 
+def streams_anchor(s: Section) -> list[str]:
+    """Router / Kafka Streams at each partition count, PASS at the goal (1.0x) or above."""
+    goal = s.get("goal", 1.0)
+
+    def ratio(x: float) -> str:
+        return f"{x:.2f}x {'PASS' if x >= goal else 'FAIL'}"
+    rows = [(str(r["partitions"]), _n(r["router_per_s"]), _n(r["streams_per_s"]),
+             ratio(r["rate_ratio"]), f"{r['router_cpu_us']:.2f} µs",
+             f"{r['streams_cpu_us']:.2f} µs", ratio(r["cpu_ratio"]),
+             f"{r['router']['first_output_s']:.1f} s / {r['streams']['first_output_s']:.1f} s")
+            for r in s["by_partitions"]]
+    checked = ("Both outputs matched the reference: 0 lost, 0 duplicated." if s.get("checked")
+               else "An output differed from the reference: see the run's log.")
+    return [*_table(("partitions", "router, records/s", "Kafka Streams, records/s",
+                     "router / Kafka Streams", "router, CPU per record",
+                     "Kafka Streams, CPU per record", "records per CPU second, router / "
+                     "Kafka Streams", "first output after start, router / Kafka Streams"),
+                    rows), "", f"Goal: {goal:.1f}x or more. Medians of {s['rounds']} rounds of "
+            f"{s['events']:,} events per version. {checked} Threads and peak RSS of each "
+            "process (the median round): " + "; ".join(
+                f"{r['partitions']} partitions: router {r['router']['threads']} threads, "
+                f"{r['router']['peak_rss_mb']:,.0f} MB, Kafka Streams "
+                f"{r['streams']['threads']} threads, {r['streams']['peak_rss_mb']:,.0f} MB"
+                for r in s["by_partitions"]) + "."]
+
+
 # (section key, title, what it measures, table)
 BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
     ("core_decisions", "Decision core", "`tests/bench/test_core_bench.py`: one core, 1,000,000 "
@@ -168,6 +194,15 @@ BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
     ("two_workers", "Two workers on one route", "`tests/bench/test_two_workers_bench.py`: one "
      "route on 4 partitions, one worker process against two in one group, alternating rounds, "
      "on two cores shared with the broker.", two_workers),
+    ("streams_anchor", "Against Kafka Streams", "`tests/bench/test_streams_anchor_bench.py`: "
+     "the router's job as a Kafka Streams application (`jvm/streams-router`, "
+     "`exactly_once_v2`, one stream thread; the boundary fixed, dedup by the same identity in a "
+     "window store with the same retention) against one router worker (default settings, "
+     "transactions on), on one broker, the same tagged backlog (both versions, heartbeats, "
+     "every tenth micro-batch replayed, a switch in the middle), alternating rounds. Each is "
+     "its own process: raw records per second from its first output record to its last as a "
+     "`read_committed` consumer sees them, and its process's CPU time (utime + stime) per raw "
+     "record over that span.", streams_anchor),
 ]
 
 

@@ -45,3 +45,24 @@ def test_a_section_merged_before_is_not_stamped_again_with_a_later_commit() -> N
     old = dict(data["sections"]["two_workers"])
     merged = merge(data, {"two_workers": {**old, "commit": None}}, "fff0000", "Apache Kafka")
     assert merged["sections"]["two_workers"] == old
+
+
+def test_the_kafka_streams_anchor_shows_each_ratio_against_its_goal() -> None:
+    data = json.loads(RESULTS.read_text())
+    run = {"per_s": 1.0, "cpu_us": 1.0, "first_output_s": 4.25, "threads": 40,
+           "peak_rss_mb": 200.0}
+    row = {"partitions": 64, "raw_records": 1_100_000, "forwarded": 500_000,
+           "router": {**run, "first_output_s": 30.0}, "streams": run,
+           "router_per_s": 9000, "streams_per_s": 10000, "router_cpu_us": 50.0,
+           "streams_cpu_us": 60.0, "rate_ratio": 0.9, "cpu_ratio": 1.2,
+           "rate_ratio_rounds": [0.9], "cpu_ratio_rounds": [1.2]}
+    fresh = {"streams_anchor": {"measured_at": "2027-01-02T03:04:05Z", "load_average": [1.0],
+                                "cpus": 2, "events": 500_000, "rounds": 3, "goal": 1.0,
+                                "checked": True, "by_partitions": [row]}}
+    page = render(merge(data, fresh, "abc1234", "Apache Kafka"))
+    section = page[page.index("## Against Kafka Streams"):]
+    assert ("| 64 | 9,000 | 10,000 | 0.90x FAIL | 50.00 µs | 60.00 µs | 1.20x PASS "
+            "| 30.0 s / 4.2 s |") in section
+    assert "0 lost, 0 duplicated" in section
+    assert ("64 partitions: router 40 threads, 200 MB, Kafka Streams 40 threads, 200 MB."
+            in section)

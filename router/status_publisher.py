@@ -359,6 +359,13 @@ METRICS: dict[str, tuple[str, str]] = {
                                 "decides nothing for stall_after_s, or a step has not returned"),
     "worker_stalls_total": ("counter", "stalls the watchdog reported since start"),
     "worker_rebuilds_total": ("counter", "client rebuilds (rejoins) since start"),
+    "store_filter_bytes": ("gauge", "front filters the worker's dedup stores hold together, "
+                                    "bytes (router.store_memory)"),
+    "store_filter_budget_bytes": ("gauge", "the worker's budget for those filters "
+                                           "(store_memory.filter_bytes), bytes"),
+    "store_filter_refusals_total": ("counter", "filter buckets given less than they asked for "
+                                               "because the budget was spent: raise "
+                                               "store_memory.filter_bytes"),
     # Kept for dashboards made before the names above; removed in a later release.
     "held": ("gauge", "deprecated: use cutover_held_records"),
     "watermark_ms": ("gauge", "deprecated: use cutover_watermark_seconds"),

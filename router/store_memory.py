@@ -29,6 +29,7 @@ from rocksdict import Cache, WriteBufferManager
 
 from cutover.settings import StoreMemorySettings
 from router.dedup_filter import MIN_WORDS, floor_pow2
+from router.status_publisher import family_header
 
 
 @dataclass
@@ -69,3 +70,14 @@ class StoreMemory:
     @property
     def filter_bytes_used(self) -> int:
         return self.filters.used * 8
+
+    def prometheus(self) -> str:
+        """The stores' memory metrics, declared with the worker's others
+        (status_publisher.METRICS)."""
+        lines: list[str] = []
+        for name, value in (("store_filter_bytes", self.filter_bytes_used),
+                            ("store_filter_budget_bytes", self.settings.filter_bytes),
+                            ("store_filter_refusals_total", self.filters.refused)):
+            lines.extend(family_header(name))
+            lines.append(f"cutover_{name} {value}")
+        return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """The metric families a deployment can scrape, read from what is exported (not from a list):
-a router worker's /metrics as router.app serves it (the status board, then the watchdog's
-progress) and a rollout's `--metrics-port`."""
+a router worker's /metrics as router.app serves it (the status board, the watchdog's progress
+and the dedup stores' memory) and a rollout's `--metrics-port`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rollout_support import T0, record
 from cutover.rollout.journal import CompareSummary
 from cutover.rollout.metrics import prometheus as rollout_prometheus
 from router.status_publisher import StatusBoard
+from router.store_memory import StoreMemory
 from router.watchdog import Progress
 
 
@@ -20,6 +21,7 @@ def exported_families() -> dict[str, str]:
                         publish=lambda r, v: None, interval_s=1.0)
     board.tick()
     text = (board.prometheus() + Progress(stall_after_s=30.0).prometheus()
+            + StoreMemory().prometheus()
             + rollout_prometheus(record(compare=CompareSummary(
                 old="blue", new="green", partitions={}, ranges={}, max_diff=0.0)), T0))
     return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, flags=re.M))

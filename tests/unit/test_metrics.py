@@ -18,6 +18,7 @@ from router.status_publisher import (
     StatusBoard,
     dead_letter_reason,
 )
+from router.store_memory import StoreMemory
 from router.watchdog import Progress
 
 PLAN = make_plan(1, (None, "blue"))
@@ -131,7 +132,8 @@ def test_every_line_is_prometheus_text_and_every_declared_family_is_exported() -
     progress = Progress(stall_after_s=30.0)
     progress.stall("nothing decided")
     progress.rebuilt()
-    text = w.board.prometheus() + progress.prometheus()  # the worker's /metrics (router.app)
+    # the worker's /metrics (router.app)
+    text = w.board.prometheus() + progress.prometheus() + StoreMemory().prometheus()
     sample = re.compile(r'^(cutover_[a-z_]+)(\{([a-z_]+="[^"]*",?)*\})? -?[0-9.e+]+$')
     declared: dict[str, str] = {}
     for line in text.splitlines():

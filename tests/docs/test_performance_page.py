@@ -45,3 +45,45 @@ def test_a_section_merged_before_is_not_stamped_again_with_a_later_commit() -> N
     old = dict(data["sections"]["two_workers"])
     merged = merge(data, {"two_workers": {**old, "commit": None}}, "fff0000", "Apache Kafka")
     assert merged["sections"]["two_workers"] == old
+
+
+def _partition_counts_section() -> dict[str, object]:
+    from dataclasses import asdict
+
+    from tests.bench.partition_targets import Row, targets
+    rows = [Row(4, 1, 8.6, 8.9, 21_300, 4.5, 9.0, 41, 231.0, 0, 0, 0),
+            Row(64, 1, 35.0, 35.2, 8_500, 18.6, 20.1, 285, 640.0, 0, 0, 0),
+            Row(256, 4, 9.0, 9.5, 20_000, 9.0, 11.0, 90, 391.0, 0, 1, 0)]
+    return {"measured_at": "2027-01-02T03:04:05Z", "load_average": [0.5, 0.4, 0.3], "cpus": 2,
+            "raw_records": 1_000_000, "events": 490_196, "live_rate": 1_000,
+            "rows": [asdict(r) for r in rows],
+            "targets": [{**asdict(t), "ratio": t.ratio, "passed": t.passed}
+                        for t in targets(rows)]}
+
+
+def test_the_partition_counts_table_marks_each_cell_that_misses_its_target() -> None:
+    data = json.loads(RESULTS.read_text())
+    page = render(merge(data, {"partition_counts": _partition_counts_section()}, "abc1234",
+                        "Apache Kafka"))
+    section = page[page.index("## Partition counts"):]
+    assert "| 64 | 35.0 s **FAIL** (≤ 10 s) | 35.2 s | 8,500 **FAIL** (≥ 90 of the rate at " \
+           "fewer partitions) | 18.6 s **FAIL** (≤ 10 s) | 20.1 s **FAIL** (≤ 12 s) | 285 | " \
+           "640 MB | 0 / 0 / 0 |" in section
+    assert "| 256 (4 routes x 64) | 9.0 s | 9.5 s | 20,000 | 9.0 s | 11.0 s | 90 | 391 MB | " \
+           "0 / 1 / 0 **FAIL** (≤ 0) |" in section
+    assert "| routing rate at 64 / at 4 partitions | 39.91 % | at least 90 % | 0.44 | " \
+           "**FAIL** |" in section
+    assert "| peak RSS of the worker at 256 partitions | 391.00 MB | at most 400 MB | 0.98 | " \
+           "PASS |" in section
+
+
+def test_sizing_comes_from_the_measured_rows_only() -> None:
+    data = json.loads(RESULTS.read_text())
+    page = render(merge(data, {"partition_counts": _partition_counts_section()}, "abc1234",
+                        "Apache Kafka"))
+    sizing = page[page.index("### Sizing"):]
+    assert "- memory per owned partition: 0.6 MB of peak RSS (from 231 MB at 4 partitions " \
+           "to 391 MB at 256);" in sizing
+    assert "- threads per owned partition: 0.2 (from 41 to 90);" in sizing
+    # 64 misses the start-up and failover limits, 256 duplicated a record: 4 is within them all
+    assert "- partitions per worker: up to 4, the largest count measured" in sizing

@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -199,7 +199,8 @@ class ProcWatch:
 
 def _settings(path: Path, bootstrap: str, layout: Layout, state: Path) -> Path:
     """Default router settings, one route per raw topic; no HTTP port (two workers share the
-    host)."""
+    host). Each worker has a state directory of its own (its own disk in production); a worker
+    restarted with the same instance id finds its own again."""
     path.write_text(yaml.safe_dump({
         "bootstrap": bootstrap, "control_topic": layout.control,
         "status_topic": layout.status, "group_id": f"pc-{layout.tag}",
@@ -209,8 +210,14 @@ def _settings(path: Path, bootstrap: str, layout: Layout, state: Path) -> Path:
     return path
 
 
-def _worker(config: Path, log: Path, instance: str) -> RouterChild:
-    return RouterChild(config, log, args=("--loglevel", "info", "--instance-id", instance))
+def _note(what: str, at: float, got: dict[int, float] | None) -> None:
+    """A failover's times on the wall clock (to read beside the workers' logs) and the spread
+    of the partitions' resumption."""
+    wall = time.strftime("%H:%M:%S", time.gmtime(time.time() - (time.monotonic() - at)))
+    spread = "output did not resume on every partition" if got is None else (
+        f"first partition resumed after {min(got.values()) - at:.2f} s, the last after "
+        f"{max(got.values()) - at:.2f} s")
+    print(f"  {what} at {wall} UTC: {spread}", flush=True)
 
 
 def _check(reader: OutputReader, events: int, boundary: int) -> tuple[int, int, int]:
@@ -224,6 +231,121 @@ def _check(reader: OutputReader, events: int, boundary: int) -> tuple[int, int, 
         if i >= events or version != primary(BASE_T + i * STEP_MS, boundary):
             wrong += 1
     return lost, duplicated, wrong
+
+
+@dataclass
+class Figures:
+    """One partition count's figures as they are measured (None: not measured)."""
+
+    first_output_s: float | None = None
+    every_partition_output_s: float | None = None
+    rate_per_s: float | None = None
+    failover_same_id_s: float | None = None
+    failover_standby_s: float | None = None
+    threads: int | None = None
+    rss_mb: float | None = None
+
+
+class Run:
+    """The steps of one partition count on its own topics: the backlog routed by one worker,
+    then the two failovers with events flowing."""
+
+    def __init__(self, bootstrap: str, tmp: Path, layout: Layout, events: int,
+                 backlog: Backlog) -> None:
+        self.bootstrap, self.tmp, self.layout = bootstrap, tmp, layout
+        self.events, self.backlog = events, backlog
+        self.configs = {w: _settings(tmp / f"router-{w}.yaml", bootstrap, layout,
+                                     tmp / f"state-{w}") for w in ("w1", "w2")}
+        self.reader = OutputReader(bootstrap, layout)
+        self.workers: list[RouterChild] = []
+        self.got = Figures()
+
+    def worker(self, instance: str, log: str) -> RouterChild:
+        w = RouterChild(self.configs[instance], self.tmp / log,
+                        args=("--loglevel", "info", "--instance-id", instance))
+        self.workers.append(w)
+        return w
+
+    def backlog_routed(self, raw_records: int) -> RouterChild | None:
+        """Start one worker; start-up, rate, threads and RSS over the backlog. The worker, or
+        None when the backlog was not routed."""
+        reader, got = self.reader, self.got
+        started = time.monotonic()
+        print(f"  worker started at {time.strftime('%H:%M:%S', time.gmtime())} UTC", flush=True)
+        w1 = self.worker("w1", "w1.log")
+        watch = ProcWatch(w1.proc.pid)
+        routed = reader.wait_count(self.events, START_WAIT_S + raw_records / 1_000)
+        watch.stop()
+        got.threads, got.rss_mb = watch.threads, round(watch.hwm_kb / 1024, 1)
+        if reader.count():
+            got.first_output_s = round(reader.stamps[0] - started, 2)
+            firsts = reader.firsts_from(0)
+            if len(firsts) == self.layout.partitions:
+                got.every_partition_output_s = round(max(firsts.values()) - started, 2)
+        if routed:
+            span = reader.stamps[self.events - 1] - reader.stamps[0]
+            got.rate_per_s = round(self.backlog.data / span) if span > 0 else None
+        print(f"  backlog: first output after {got.first_output_s} s, on every partition after "
+              f"{got.every_partition_output_s} s, {got.rate_per_s} raw data records/s; "
+              f"{got.threads} threads, peak RSS {got.rss_mb} MB", flush=True)
+        if not routed:
+            print(f"  the backlog was not routed: {reader.count():,} of {self.events:,} "
+                  f"outputs; worker log:\n{w1.tail(20)}", flush=True)
+            return None
+        return w1
+
+    def same_id(self, w1: RouterChild, flow: LiveFlow) -> RouterChild | None:
+        """kill -9, restarted at once with the same instance id; the restarted worker, or
+        None when output did not resume on every partition."""
+        w1.kill9()
+        restarted, after = time.monotonic(), flow.next_event
+        w1b = self.worker("w1", "w1-restarted.log")
+        got = self.reader.wait_every_partition(after, FAILOVER_WAIT_S)
+        _note("killed and restarted with the same instance id", restarted, got)
+        if got is None:
+            return None
+        self.got.failover_same_id_s = round(max(got.values()) - restarted, 2)
+        return w1b
+
+    def standby(self, w1b: RouterChild, flow: LiveFlow) -> None:
+        """A second worker joins and takes its share; kill -9 of the first."""
+        w2 = self.worker("w2", "w2.log")
+        try:
+            w2.wait_started(START_WAIT_S)
+        except AssertionError as exc:
+            print(f"  the standby worker did not start: {exc}", flush=True)
+            return
+        if self.reader.wait_every_partition(flow.next_event, FAILOVER_WAIT_S) is None:
+            print("  output did not flow on every partition with two workers", flush=True)
+            return
+        time.sleep(STEADY_S)
+        w1b.kill9()
+        killed, after = time.monotonic(), flow.next_event
+        got = self.reader.wait_every_partition(after, FAILOVER_WAIT_S)
+        _note("killed beside a standby", killed, got)
+        if got is not None:
+            self.got.failover_standby_s = round(max(got.values()) - killed, 2)
+
+    def failovers(self, w1: RouterChild) -> int:
+        """Both failovers with events flowing; the number of events written in all."""
+        flow = LiveFlow(self.bootstrap, self.layout, self.events, LIVE_RATE)
+        flow.start()
+        try:
+            if self.reader.wait_every_partition(self.events, FAILOVER_WAIT_S) is None:
+                print("  the live events did not reach every partition", flush=True)
+                return flow.stop()
+            time.sleep(STEADY_S)
+            w1b = self.same_id(w1, flow)
+            if w1b is not None:
+                self.standby(w1b, flow)
+        finally:
+            total = flow.stop()
+        return total
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        self.reader.close()
 
 
 def _measure(bootstrap: str, tmp: Path, partitions: int, raw_records: int) -> tuple[Row, Backlog]:
@@ -244,65 +366,15 @@ def _measure(bootstrap: str, tmp: Path, partitions: int, raw_records: int) -> tu
     print(f"\n{partitions} partitions ({layout.routes} x {layout.per_route}): backlog of "
           f"{backlog.data:,} raw data records ({events:,} events) and {backlog.heartbeats:,} "
           f"heartbeats written in {time.monotonic() - filled:.1f} s", flush=True)
-    config = _settings(tmp / "router.yaml", bootstrap, layout, tmp / "state")
-    reader = OutputReader(bootstrap, layout)
-    workers: list[RouterChild] = []
-    flow: LiveFlow | None = None
-    first_s = every_s = rate = same_id_s = standby_s = None
-    threads = rss_mb = None
+    run = Run(bootstrap, tmp, layout, events, backlog)
     try:
-        started = time.monotonic()
-        w1 = _worker(config, tmp / "w1.log", "w1")
-        workers.append(w1)
-        watch = ProcWatch(w1.proc.pid)
-        routed = reader.wait_count(events, START_WAIT_S + raw_records / 1_000)
-        watch.stop()
-        threads, rss_mb = watch.threads, round(watch.hwm_kb / 1024, 1)
-        if reader.count():
-            first_s = round(reader.stamps[0] - started, 2)
-            firsts = reader.firsts_from(0)
-            if len(firsts) == layout.partitions:
-                every_s = round(max(firsts.values()) - started, 2)
-        if routed:
-            span = reader.stamps[events - 1] - reader.stamps[0]
-            rate = round(backlog.data / span) if span > 0 else None
-        else:
-            print(f"the backlog was not routed: {reader.count():,} of {events:,} outputs; "
-                  f"worker log:\n{w1.tail(20)}", flush=True)
-
-        flow = LiveFlow(bootstrap, layout, events, LIVE_RATE)
-        flow.start()
-        if routed and reader.wait_every_partition(events, FAILOVER_WAIT_S) is not None:
-            time.sleep(STEADY_S)
-            w1.kill9()
-            restarted, after = time.monotonic(), flow.next_event
-            w1b = _worker(config, tmp / "w1-restarted.log", "w1")
-            workers.append(w1b)
-            got = reader.wait_every_partition(after, FAILOVER_WAIT_S)
-            same_id_s = None if got is None else round(max(got.values()) - restarted, 2)
-
-            w2 = _worker(config, tmp / "w2.log", "w2")
-            workers.append(w2)
-            w2.wait_started(START_WAIT_S)
-            if reader.wait_every_partition(flow.next_event, FAILOVER_WAIT_S) is not None:
-                time.sleep(STEADY_S)
-                w1b.kill9()
-                killed, after = time.monotonic(), flow.next_event
-                got = reader.wait_every_partition(after, FAILOVER_WAIT_S)
-                standby_s = None if got is None else round(max(got.values()) - killed, 2)
-        total = flow.stop()
-        flow = None
-        reader.wait_count(total, 60)
-        lost, duplicated, wrong = _check(reader, total, switch_time(events))
+        w1 = run.backlog_routed(raw_records)
+        total = events if w1 is None else run.failovers(w1)
+        run.reader.wait_count(total, 60)
+        lost, duplicated, wrong = _check(run.reader, total, switch_time(events))
     finally:
-        if flow is not None:
-            flow.stop()
-        for w in workers:
-            w.stop()
-        reader.close()
-    row = Row(partitions=partitions, routes=layout.routes, first_output_s=first_s,
-              every_partition_output_s=every_s, rate_per_s=rate, failover_same_id_s=same_id_s,
-              failover_standby_s=standby_s, threads=threads, rss_mb=rss_mb, lost=lost,
+        run.close()
+    row = Row(partitions=partitions, routes=layout.routes, **asdict(run.got), lost=lost,
               duplicated=duplicated, wrong_version=wrong)
     print(f"{partitions} partitions: {row}", flush=True)
     return row, backlog

@@ -141,9 +141,23 @@ class Backlog:
     heartbeats: int
 
 
+def data_records(events: int) -> int:
+    """Raw data records of a backlog of ``events``: both versions' records and replays."""
+    replayed = sum(len(_replayed(batch)) for n, batch in enumerate(_batches(events))
+                   if n % REPLAY_EVERY == REPLAY_EVERY - 1)
+    return 2 * (events + replayed)
+
+
 def events_for(raw_records: int) -> int:
-    """Events whose raw data records (two versions, replays) come to ``raw_records`` about."""
-    return max(MIN_BATCHES, round(raw_records / (2 * (1 + 1 / (REPLAY_EVERY * REPLAYED_SHARE)))))
+    """The fewest events whose raw data records come to ``raw_records`` at least."""
+    events = max(MIN_BATCHES, int(raw_records / (2 * (1 + 1 / (REPLAY_EVERY * REPLAYED_SHARE)))))
+    while data_records(events) < raw_records:
+        events += max(1, (raw_records - data_records(events)) // 3)
+    return events
+
+
+def _replayed(batch: range) -> range:
+    return batch[-max(1, len(batch) // REPLAYED_SHARE):]
 
 
 def batch_size(events: int) -> int:
@@ -165,7 +179,7 @@ def fill(bootstrap: str, layout: Layout, events: int) -> Backlog:
             for i in batch:
                 s.event(layout, i, v, batch_id)
             if batch_id % REPLAY_EVERY == REPLAY_EVERY - 1:
-                for i in batch[-max(1, len(batch) // REPLAYED_SHARE):]:
+                for i in _replayed(batch):
                     s.event(layout, i, v, batch_id)
             s.heartbeat(layout, v, BASE_T + batch[-1] * STEP_MS - 1000, batch_id)
         s.p.poll(0)

@@ -60,7 +60,7 @@ class Target:
 
     def line(self) -> str:
         fig = "not measured" if self.figure is None else f"{self.figure:,.2f} {self.unit}"
-        ratio = "" if self.ratio is None else f" = {self.ratio:.2f}x the target"
+        ratio = "" if self.ratio is None else f" = {self.ratio:.3f}x the target"
         return (f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {fig} (target "
                 f"{self.kind} {self.limit:,.2f} {self.unit}){ratio}")
 

@@ -15,9 +15,11 @@ For each partition count (256 as 4 routes x 64), on fresh topics:
    on every partition); the worker is killed with ``kill -9`` and restarted at once with the
    same instance id. Figure: from the restart until every partition has output of a record
    written after the restart (only the new worker can have routed it).
-3. **failover, standby**: a second worker (``--instance-id w2``) joins and takes its share;
-   the first is killed with ``kill -9``. Figure: from the kill until every partition has output
-   of a record written after the kill.
+3. **failover, standby**: a second worker (``--instance-id w2``, a state directory of its own,
+   as on its own disk) joins and takes its share; the first is killed with ``kill -9``. Figure:
+   from the kill until every partition has output of a record written after the kill (the
+   standby has no store of the partitions it takes over: it rebuilds them from the output log,
+   as a standby does).
 4. the flow stops; once every event has arrived, the output is checked: every event once
    (lost, duplicated), from the version the plan makes primary for its event time.
 

@@ -4,6 +4,7 @@ benchmark run replaces its section, stamped with the commit and broker it ran on
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tests.docs.performance_page import BENCHMARKS, PAGE, RESULTS, main, merge, render
 
@@ -47,7 +48,7 @@ def test_a_section_merged_before_is_not_stamped_again_with_a_later_commit() -> N
     assert merged["sections"]["two_workers"] == old
 
 
-def _partition_counts_section() -> dict[str, object]:
+def _partition_counts_section() -> dict[str, Any]:
     from dataclasses import asdict
 
     from tests.bench.partition_targets import Row, targets
@@ -66,15 +67,26 @@ def test_the_partition_counts_table_marks_each_cell_that_misses_its_target() -> 
     page = render(merge(data, {"partition_counts": _partition_counts_section()}, "abc1234",
                         "Apache Kafka"))
     section = page[page.index("## Partition counts"):]
-    assert "| 64 | 35.0 s **FAIL** (≤ 10 s) | 35.2 s | 8,500 **FAIL** (≥ 90 of the rate at " \
-           "fewer partitions) | 18.6 s **FAIL** (≤ 10 s) | 20.1 s **FAIL** (≤ 12 s) | 285 | " \
-           "640 MB | 0 / 0 / 0 |" in section
+    assert "| 64 | 35.0 s **FAIL** (≤ 10 s) | 35.2 s | 8,500 **FAIL** (39.9% of the rate at 4, " \
+           "≥ 90%) | 18.6 s **FAIL** (≤ 10 s) | 20.1 s **FAIL** (≤ 12 s) | 285 | 640 MB | " \
+           "0 / 0 / 0 |" in section
     assert "| 256 (4 routes x 64) | 9.0 s | 9.5 s | 20,000 | 9.0 s | 11.0 s | 90 | 391 MB | " \
            "0 / 1 / 0 **FAIL** (≤ 0) |" in section
-    assert "| routing rate at 64 / at 4 partitions | 39.91 % | at least 90 % | 0.44 | " \
+    assert "| routing rate at 64 / at 4 partitions | 39.9% | at least 90% | 0.443 | " \
            "**FAIL** |" in section
-    assert "| peak RSS of the worker at 256 partitions | 391.00 MB | at most 400 MB | 0.98 | " \
+    assert "| peak RSS of the worker at 256 partitions | 391.00 MB | at most 400 MB | 0.978 | " \
            "PASS |" in section
+    assert "| threads of the worker at 256 partitions | 90 | at most 100 | 0.900 | PASS |" \
+        in section
+    assert "Not measured in this run" not in section
+
+
+def test_a_run_without_256_partitions_says_so() -> None:
+    data = json.loads(RESULTS.read_text())
+    fresh = _partition_counts_section()
+    fresh["rows"] = [r for r in fresh["rows"] if r["partitions"] != 256]
+    page = render(merge(data, {"partition_counts": fresh}, "abc1234", "Apache Kafka"))
+    assert "Not measured in this run: 256 partitions" in page[page.index("## Partition counts"):]
 
 
 def test_sizing_comes_from_the_measured_rows_only() -> None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from tests.bench.partition_backlog import layout_for, primary, switch_time
+from tests.bench.partition_backlog import (
+    data_records,
+    events_for,
+    layout_for,
+    primary,
+    switch_time,
+)
 from tests.bench.partition_targets import Row, targets
 
 
@@ -24,6 +30,13 @@ def test_256_partitions_are_four_routes_of_64_and_fewer_are_one_route() -> None:
     assert (layout_for(64, "t").routes, layout_for(64, "t").per_route) == (1, 64)
     layout = layout_for(256, "t")
     assert {layout.place(i) for i in range(256)} == {(r, p) for r in range(4) for p in range(64)}
+
+
+def test_the_backlog_has_at_least_the_raw_records_asked_for_and_no_more_events_than_needed(
+) -> None:
+    for raw in (20_000, 1_000_000):
+        events = events_for(raw)
+        assert data_records(events) >= raw > data_records(events - 1)
 
 
 def test_the_plan_gives_blue_the_first_half_and_green_the_rest() -> None:

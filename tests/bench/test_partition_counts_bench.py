@@ -74,7 +74,7 @@ COUNTS_DEFAULT = "4,64,256"
 LIVE_RATE = 1_000        # events/s after the backlog (2,000 raw data records/s)
 STEADY_S = 3.0           # flow on every partition before a kill
 START_WAIT_S = 180.0     # a worker's start-up, at most
-FAILOVER_WAIT_S = 120.0  # output on every partition after a kill, at most
+FAILOVER_WAIT_S = 300.0  # output on every partition after a kill, at most
 
 
 def _raw_records() -> int:

@@ -91,9 +91,10 @@ def targets(rows: Sequence[Row]) -> list[Target]:
     high = by_count.get(64) or max(rows, key=lambda r: r.partitions)
     share = (high.rate_per_s / low.rate_per_s
              if high.rate_per_s is not None and low.rate_per_s else None)
-    out.append(Target(f"routing rate at {high.partitions} / at {low.partitions} partitions",
-                      None if share is None else share * 100, "%", "at least", RATE_SHARE * 100,
-                      high.partitions, "rate_per_s"))
+    if high is not low:   # a run of one count has no rate to compare with
+        out.append(Target(f"routing rate at {high.partitions} / at {low.partitions} partitions",
+                          None if share is None else share * 100, "%", "at least",
+                          RATE_SHARE * 100, high.partitions, "rate_per_s"))
     for r in _named(rows, (SIZE_AT,)):
         out += [Target(f"threads of the worker at {r.partitions} partitions",
                        None if r.threads is None else float(r.threads), "", "at most",

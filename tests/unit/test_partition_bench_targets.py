@@ -77,3 +77,7 @@ def test_threads_and_memory_are_checked_at_256() -> None:
     checked = targets([_row(4), _row(64, rss_mb=900.0), _row(256, rss_mb=401.0)])
     rss = [t for t in checked if t.field == "rss_mb"]
     assert [(t.partitions, t.passed) for t in rss] == [(256, False)]
+
+
+def test_a_run_of_one_count_has_no_rate_share() -> None:
+    assert not [t for t in targets([_row(256)]) if t.field == "rate_per_s"]

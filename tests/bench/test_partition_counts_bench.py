@@ -27,7 +27,8 @@ Each target of the issue is printed with its figure, its ratio to the target and
 (tests/bench/partition_targets.py); the benchmark asserts only that every step completed and
 that no record was lost, duplicated or from the wrong version, never a speed.
 
-Smoke run (small backlog, 4 and 16 partitions, a minute or two):
+Smoke run (small backlog, 4 and 16 partitions, a few minutes; its routing rate means nothing,
+the backlog being a batch or two of the worker's):
 ``CUTOVER_BENCH_PARTITION_RAW=20000 CUTOVER_BENCH_PARTITION_COUNTS=4,16 pytest -m bench -s
 tests/bench/test_partition_counts_bench.py``.
 """

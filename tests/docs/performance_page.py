@@ -163,6 +163,121 @@ def streams_anchor(s: Section) -> list[str]:
                 for r in s["by_partitions"]) + "."]
 
 
+def _seconds(x: float) -> str:
+    return f"{x:.1f} s"
+
+
+def _figure(x: float, unit: str) -> str:
+    """A target's figure in its unit: seconds and MB with decimals, counts without."""
+    if unit == "%":
+        return f"{x:.1f}%"
+    return f"{x:,.2f} {unit}" if unit else f"{x:,.0f}"
+
+
+def _limit(x: float, unit: str) -> str:
+    return f"{x:g}%" if unit == "%" else f"{x:g} {unit}".rstrip()
+
+
+def _marked(s: Section, row: Section, field: str, fmt: Callable[[Any], str]) -> str:
+    """A row's figure, marked where it misses its target (the target in brackets)."""
+    x = row.get(field)
+    cell = "not measured" if x is None else fmt(x)
+    for t in s.get("targets", []):
+        if t["partitions"] == row["partitions"] and t["field"] == field and not t["passed"]:
+            sign = "≤" if t["kind"] == "at most" else "≥"
+            if field == "rate_per_s":   # the share of the rate at the fewest partitions
+                return f"{cell} **FAIL** ({t['figure']:.1f}% of the rate at " \
+                       f"{min(r['partitions'] for r in s['rows'])}, {sign} {t['limit']:g}%)"
+            return f"{cell} **FAIL** ({sign} {_limit(t['limit'], t['unit'])})"
+    return cell
+
+
+def _sizing(rows: list[Section], checked: list[Section]) -> list[str]:
+    """Partitions per worker and memory per partition, from the measured rows only."""
+    sized = sorted((r for r in rows if r.get("rss_mb") is not None and r.get("threads")),
+                   key=lambda r: r["partitions"])
+    if len(sized) < 2:
+        return []
+    lo, hi = sized[0], sized[-1]
+    span = hi["partitions"] - lo["partitions"]
+    mb = (hi["rss_mb"] - lo["rss_mb"]) / span
+    threads = (hi["threads"] - lo["threads"]) / span
+    # each row against the limits the targets set (start-up, failover, threads, RSS, none
+    # lost), whichever partition count a target names
+    limits = {t["field"]: (t["kind"], t["limit"]) for t in checked if t["field"] != "rate_per_s"}
+
+    def within(r: Section) -> bool:
+        for field, (kind, limit) in limits.items():
+            x = r[field] if field != "lost" else r["lost"] + r["duplicated"] + r["wrong_version"]
+            if x is None or (x > limit if kind == "at most" else x < limit):
+                return False
+        return True
+
+    meets = [r["partitions"] for r in sized if within(r)]
+    out = ["", "### Sizing", "",
+           "From the rows above, with default settings (a worker's memory is set by the dedup "
+           "store's settings per owned partition: `dedup.filter_bytes`, "
+           "`dedup.block_cache_bytes`, `dedup.write_buffer_bytes`, see "
+           "[configuration.md](configuration.md)):", "",
+           f"- memory per owned partition: {mb:.1f} MB of peak RSS (from {lo['rss_mb']:.0f} MB "
+           f"at {lo['partitions']} partitions to {hi['rss_mb']:.0f} MB at "
+           f"{hi['partitions']});",
+           f"- threads per owned partition: {threads:.1f} (from {lo['threads']} to "
+           f"{hi['threads']});"]
+    if meets:
+        out.append(f"- partitions per worker: up to {max(meets)}, the largest count measured "
+                   "at which the worker's start-up, failover, threads and memory were within "
+                   "the targets and nothing was lost.")
+    else:
+        out.append("- partitions per worker: at no count measured were the worker's start-up, "
+                   "failover, threads and memory all within the targets; see the marked "
+                   "cells.")
+    return out
+
+
+def _partition_row(s: Section, r: Section) -> tuple[str, ...]:
+    routes = r["routes"]
+    label = str(r["partitions"]) + (
+        f" ({routes} routes x {r['partitions'] // routes})" if routes > 1 else "")
+    every = r["every_partition_output_s"]
+    wrong = f"{r['lost']} / {r['duplicated']} / {r['wrong_version']}"
+    return (label, _marked(s, r, "first_output_s", _seconds),
+            "not measured" if every is None else _seconds(every),
+            _marked(s, r, "rate_per_s", _n), _marked(s, r, "failover_same_id_s", _seconds),
+            _marked(s, r, "failover_standby_s", _seconds), _marked(s, r, "threads", str),
+            _marked(s, r, "rss_mb", lambda x: f"{x:,.0f} MB"),
+            _marked(s, r, "lost", lambda _x: wrong))
+
+
+SCALE_COUNTS = (4, 64, 256)   # the partition counts `make bench` runs
+
+
+def partition_counts(s: Section) -> list[str]:
+    rows: list[Section] = sorted(s["rows"], key=lambda r: r["partitions"])
+    checked: list[Section] = s.get("targets", [])
+
+    out = [f"{s['raw_records']:,} raw data records ({s['events']:,} events) at every count, "
+           "plus the tagger's heartbeats on every partition; failover with "
+           f"{s['live_rate']:,} events/s flowing.", "",
+           *_table(("partitions", "first output after start", "output on every partition",
+                    "routing rate, raw data records/s", "failover, same instance id",
+                    "failover, standby", "threads", "peak RSS",
+                    "lost / duplicated / wrong version"),
+                   [_partition_row(s, r) for r in rows])]
+    missing = [n for n in SCALE_COUNTS if n not in {r["partitions"] for r in rows}]
+    if missing:
+        out += ["", f"Not measured in this run: {', '.join(map(str, missing))} partitions; "
+                "the targets set there are checked at the largest count measured."]
+    if checked:
+        out += ["", *_table(("target", "figure", "target", "figure / target", ""),
+                            [(t["name"], "not measured" if t["figure"] is None
+                              else _figure(t["figure"], t["unit"]),
+                              f"{t['kind']} {_limit(t['limit'], t['unit'])}",
+                              "" if t["ratio"] is None else f"{t['ratio']:.3f}",
+                              "PASS" if t["passed"] else "**FAIL**") for t in checked])]
+    return out + _sizing(rows, checked)
+
+
 # (section key, title, what it measures, table)
 BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
     ("core_decisions", "Decision core", "`tests/bench/test_core_bench.py`: one core, 1,000,000 "
@@ -203,6 +318,15 @@ BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
      "its own process: raw records per second from its first output record to its last as a "
      "`read_committed` consumer sees them, and its process's CPU time (utime + stime) per raw "
      "record over that span.", streams_anchor),
+    ("partition_counts", "Partition counts", "`tests/bench/test_partition_counts_bench.py`: one "
+     "worker with default settings over a route of 4, 64 and 256 partitions (256 as 4 routes of "
+     "64), the same tagged backlog at every count (both versions, replays, one switch); start "
+     "to first output, the routing rate from first output to last, failover of every partition "
+     "after `kill -9` (restarted with the same instance id: from the restart; a standby worker: "
+     "from the kill) until output of records written after it on every partition, the worker's "
+     "threads and peak RSS, and the output checked with `read_committed`. A cell that misses "
+     "its target is marked (start-up and failover targets are set at 64 and 256 partitions, "
+     "threads and memory at 256, the rate at 64 against the rate at 4).", partition_counts),
 ]
 
 

@@ -4,6 +4,7 @@ benchmark run replaces its section, stamped with the commit and broker it ran on
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tests.docs.performance_page import BENCHMARKS, PAGE, RESULTS, main, merge, render
 
@@ -66,3 +67,56 @@ def test_the_kafka_streams_anchor_shows_each_ratio_against_its_goal() -> None:
     assert "0 lost, 0 duplicated" in section
     assert ("64 partitions: router 40 threads, 200 MB, Kafka Streams 40 threads, 200 MB."
             in section)
+
+
+def _partition_counts_section() -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from tests.bench.partition_targets import Row, targets
+    rows = [Row(4, 1, 8.6, 8.9, 21_300, 4.5, 9.0, 41, 231.0, 0, 0, 0),
+            Row(64, 1, 35.0, 35.2, 8_500, 18.6, 20.1, 285, 640.0, 0, 0, 0),
+            Row(256, 4, 9.0, 9.5, 20_000, 9.0, 11.0, 90, 391.0, 0, 1, 0)]
+    return {"measured_at": "2027-01-02T03:04:05Z", "load_average": [0.5, 0.4, 0.3], "cpus": 2,
+            "raw_records": 1_000_000, "events": 490_196, "live_rate": 1_000,
+            "rows": [asdict(r) for r in rows],
+            "targets": [{**asdict(t), "ratio": t.ratio, "passed": t.passed}
+                        for t in targets(rows)]}
+
+
+def test_the_partition_counts_table_marks_each_cell_that_misses_its_target() -> None:
+    data = json.loads(RESULTS.read_text())
+    page = render(merge(data, {"partition_counts": _partition_counts_section()}, "abc1234",
+                        "Apache Kafka"))
+    section = page[page.index("## Partition counts"):]
+    assert "| 64 | 35.0 s **FAIL** (≤ 10 s) | 35.2 s | 8,500 **FAIL** (39.9% of the rate at 4, " \
+           "≥ 90%) | 18.6 s **FAIL** (≤ 10 s) | 20.1 s **FAIL** (≤ 12 s) | 285 | 640 MB | " \
+           "0 / 0 / 0 |" in section
+    assert "| 256 (4 routes x 64) | 9.0 s | 9.5 s | 20,000 | 9.0 s | 11.0 s | 90 | 391 MB | " \
+           "0 / 1 / 0 **FAIL** (≤ 0) |" in section
+    assert "| routing rate at 64 / at 4 partitions | 39.9% | at least 90% | 0.443 | " \
+           "**FAIL** |" in section
+    assert "| peak RSS of the worker at 256 partitions | 391.00 MB | at most 400 MB | 0.978 | " \
+           "PASS |" in section
+    assert "| threads of the worker at 256 partitions | 90 | at most 100 | 0.900 | PASS |" \
+        in section
+    assert "Not measured in this run" not in section
+
+
+def test_a_run_without_256_partitions_says_so() -> None:
+    data = json.loads(RESULTS.read_text())
+    fresh = _partition_counts_section()
+    fresh["rows"] = [r for r in fresh["rows"] if r["partitions"] != 256]
+    page = render(merge(data, {"partition_counts": fresh}, "abc1234", "Apache Kafka"))
+    assert "Not measured in this run: 256 partitions" in page[page.index("## Partition counts"):]
+
+
+def test_sizing_comes_from_the_measured_rows_only() -> None:
+    data = json.loads(RESULTS.read_text())
+    page = render(merge(data, {"partition_counts": _partition_counts_section()}, "abc1234",
+                        "Apache Kafka"))
+    sizing = page[page.index("### Sizing"):]
+    assert "- memory per owned partition: 0.6 MB of peak RSS (from 231 MB at 4 partitions " \
+           "to 391 MB at 256);" in sizing
+    assert "- threads per owned partition: 0.2 (from 41 to 90);" in sizing
+    # 64 misses the start-up and failover limits, 256 duplicated a record: 4 is within them all
+    assert "- partitions per worker: up to 4, the largest count measured" in sizing

@@ -32,6 +32,7 @@ SPARK35_VENV ?= .venv-spark35
 SPARK35_PY   := $(SPARK35_VENV)/bin/python
 SPARK35_STAMP := $(SPARK35_VENV)/.installed-stamp
 MATRIX_STAMP := $(JVM_CACHE)/.matrix-fetched-stamp
+# (abspath: JVM_CACHE may be given as an absolute path, e.g. a cache shared between checkouts)
 .PHONY: jvm-matrix test-spark35 test-kafka39
 
 $(SPARK35_STAMP): pyproject.toml setup.py router/_fastpath.c
@@ -46,8 +47,8 @@ $(MATRIX_STAMP): jvm/kafka-broker-3.9.pom.xml jvm/spark-kafka-3.5.pom.xml
 	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	@echo "fetching Apache Kafka 3.9 and Spark 3.5's Kafka connector into $(JVM_CACHE) (once) ..."
 	@rm -rf $(JVM_CACHE)/kafka-3.9 $(JVM_CACHE)/spark-kafka-3.5
-	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/kafka-3.9
-	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(abspath $(JVM_CACHE))/kafka-3.9
+	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(abspath $(JVM_CACHE))/spark-kafka-3.5 \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.12,spark-token-provider-kafka-0-10_2.12,kafka-clients,commons-pool2
 	@touch $(MATRIX_STAMP)
 
@@ -71,11 +72,11 @@ KAFKA39_TESTS := tests/integration/test_router_transactions.py \
   tests/unit/test_compiled_path.py
 
 test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
-	CUTOVER_SPARK_KAFKA_JARS=$(CURDIR)/$(JVM_CACHE)/spark-kafka-3.5 \
+	CUTOVER_SPARK_KAFKA_JARS=$(abspath $(JVM_CACHE))/spark-kafka-3.5 \
 	  $(SPARK35_PY) -m pytest -m 'not bench' -k '$(SPARK35_SKIP)' $(SPARK35_TESTS)
 
 test-kafka39: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
-	CUTOVER_KAFKA_LIBS=$(CURDIR)/$(JVM_CACHE)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
+	CUTOVER_KAFKA_LIBS=$(abspath $(JVM_CACHE))/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
 
 $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'

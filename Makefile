@@ -58,7 +58,8 @@ jvm-matrix: $(MATRIX_STAMP)
 # connector-less reads refused), kill -9 replay, the plain-sink and
 # foreachBatch conformance cells through the router. The kill tests of several queries in one
 # job rest on no Spark-version-specific code and run on Spark 4 only (CI's 45 minutes).
-# The stream-stream join's kill test is left out until it is seen to pass on 3.5.
+# The stream-stream join's kill test is left out: three runs of its 256 state stores a batch do
+# not fit CI's time on 2 cores (the README's Supported versions table has the measurements).
 SPARK35_SKIP  := not several-queries and not sharing_a_topic and not stream-join
 SPARK35_TESTS := tests/spark/test_tagging_writer.py tests/spark/test_event_time.py \
   tests/spark/test_launcher_errors.py tests/spark/test_foreach_batch_writes.py \

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka and Spark's Kafka connector, fetched once from Maven Central into an ignored cache.
 JVM_CACHE ?= .cache/jvm
-JVM_DIR   := $(abspath $(JVM_CACHE))
+JVM_DIR   := $(JVM_DIR)
 JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
 # helm, built once from the Go module proxy into the same ignored cache (tests/deploy lint and
 # render the chart with it).
@@ -33,6 +33,7 @@ SPARK35_VENV ?= .venv-spark35
 SPARK35_PY   := $(SPARK35_VENV)/bin/python
 SPARK35_STAMP := $(SPARK35_VENV)/.installed-stamp
 MATRIX_STAMP := $(JVM_CACHE)/.matrix-fetched-stamp
+# (abspath: JVM_CACHE may be given as an absolute path, e.g. a cache shared between checkouts)
 .PHONY: jvm-matrix test-spark35 test-kafka39
 
 $(SPARK35_STAMP): pyproject.toml setup.py router/_fastpath.c
@@ -58,17 +59,19 @@ jvm-matrix: $(MATRIX_STAMP)
 # connector-less reads refused), kill -9 replay, the plain-sink and
 # foreachBatch conformance cells through the router. The kill tests of several queries in one
 # job rest on no Spark-version-specific code and run on Spark 4 only (CI's 45 minutes).
-# The stream-stream join's kill test is left out until it is seen to pass on 3.5.
+# The stream-stream join's kill test is left out: three runs of its 256 state stores a batch do
+# not fit CI's time on 2 cores (the README's Supported versions table has the measurements).
 SPARK35_SKIP  := not several-queries and not sharing_a_topic and not stream-join
 SPARK35_TESTS := tests/spark/test_tagging_writer.py tests/spark/test_event_time.py \
   tests/spark/test_launcher_errors.py tests/spark/test_foreach_batch_writes.py \
   tests/spark/test_kill_restart.py tests/spark/test_kill_restart_shapes.py \
   tests/spark/test_router_blue_green.py tests/spark/test_foreach_batch_router.py
-# transactions, fencing, read-back after a crash, kill -9 and rebalances, the switch; and the
-# compiled path's direct reads of the lowest client's records
+# transactions, fencing, read-back after a crash, kill -9 and rebalances, static membership,
+# the switch; and the compiled path's direct reads of the lowest client's records
 KAFKA39_TESTS := tests/integration/test_router_transactions.py \
   tests/integration/test_router_fencing.py tests/integration/test_router_switch.py \
-  tests/integration/test_router_failures.py tests/unit/test_compiled_path.py
+  tests/integration/test_router_failures.py tests/integration/test_router_static_membership.py \
+  tests/unit/test_compiled_path.py
 
 test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 	CUTOVER_SPARK_KAFKA_JARS=$(JVM_DIR)/spark-kafka-3.5 \
@@ -106,7 +109,7 @@ $(STREAMS_ROUTER): jvm/streams-router/pom.xml $(wildcard jvm/streams-router/src/
 	@command -v mvn >/dev/null || { echo "the benchmark needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	@echo "building the Kafka Streams router into $(JVM_CACHE)/streams-router ..."
 	@mvn -q -B -Dmaven.repo.local=$(CURDIR)/$(JVM_CACHE)/m2 -f jvm/streams-router/pom.xml \
-	  -Dstreams.build.dir=$(abspath $(JVM_CACHE))/streams-router package
+	  -Dstreams.build.dir=$(JVM_DIR)/streams-router package
 
 jvm-streams: $(STREAMS_ROUTER)
 

@@ -24,6 +24,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
+from cutover.certificate_principal import certificate_principal
+
 
 class ClientErrors:
     """An ``error_cb`` (call the client's ``poll``) and a ``logger`` for one client: keeps
@@ -74,13 +76,18 @@ def mechanism_of(conf: Mapping[str, Any]) -> str:
 
 def principal_of(conf: Mapping[str, Any]) -> str:
     """How the client identifies itself, for messages: ``user 'router'``, ``OAuth client
-    'router'`` or the protocol."""
-    if mechanism_of(conf) == "OAUTHBEARER":
+    'router'``, ``the certificate of 'CN=router'`` or the protocol."""
+    mechanism = mechanism_of(conf)
+    if mechanism == "OAUTHBEARER":
         client = conf.get("sasl.oauthbearer.client.id")
         return f"OAuth client {client!r}" if client else "an OAUTHBEARER client"
     user = conf.get("sasl.username")
     if user:
         return f"user {user!r}"
+    if not mechanism and (conf.get("ssl.certificate.location") or conf.get("ssl.certificate.pem")):
+        who = certificate_principal(conf)
+        return (f"the certificate of {who.removeprefix('User:')!r}" if who
+                else "a client certificate that cannot be read")
     return f"an unauthenticated {str(conf.get('security.protocol', 'PLAINTEXT')).upper()} client"
 
 

@@ -16,7 +16,10 @@ cluster is secured:
   SASL/OAUTHBEARER logins and validates their JWTs against it (issuer and audience checked),
   as managed Kafka with OAuth does; the principal is ``User:<the token's sub>``;
 * with PLAIN users, a ``SASL_SSL`` listener (``PLAINTLS``) takes SASL/PLAIN logins, the shape
-  Confluent Cloud's API keys use.
+  Confluent Cloud's API keys use;
+* with ``mtls``, an ``SSL`` listener (``MTLS``) with ``ssl.client.auth=required`` takes clients
+  that log in with a certificate of the cluster's CA; the principal is ``User:<the
+  certificate's subject>`` (``User:CN=cutover-router``), as Kafka names it by default.
 
 Users and ACLs are made through the admin API as the super user (over ``INTERNAL``), so no
 password ever appears on a command line, and a test can change a password while a client
@@ -84,6 +87,7 @@ class SecureListeners:
     with_expired_listener: bool = True
     oidc: OidcTrust | None = None
     plain_users: dict[str, str] = field(default_factory=dict)
+    mtls: bool = False
     ca: ThrowawayCA = field(init=False)
     broker_cert: CertFiles = field(init=False)
     expired_cert: CertFiles = field(init=False)
@@ -91,6 +95,7 @@ class SecureListeners:
     expired_ports: dict[int, int] = field(default_factory=dict)
     oauth_ports: dict[int, int] = field(default_factory=dict)
     plain_ports: dict[int, int] = field(default_factory=dict)
+    mtls_ports: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ca = ThrowawayCA(self.pki)
@@ -117,6 +122,10 @@ class SecureListeners:
             port = self.plain_ports.setdefault(node.node_id, free_port())
             listeners.append(f"PLAINTLS://127.0.0.1:{port}")
             protocols.append("PLAINTLS:SASL_SSL")
+        if self.mtls:
+            port = self.mtls_ports.setdefault(node.node_id, free_port())
+            listeners.append(f"MTLS://127.0.0.1:{port}")
+            protocols.append("MTLS:SSL")
         props: dict[str, Any] = {
             "listeners": ",".join([*listeners,
                                    f"CONTROLLER://127.0.0.1:{node.controller_port}"]),
@@ -161,6 +170,8 @@ class SecureListeners:
                 "listener.name.plaintls.plain.sasl.jaas.config":
                     f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
             })
+        if self.mtls:
+            props["listener.name.mtls.ssl.client.auth"] = "required"
         return props
 
     def admin_conf(self, node: KafkaNode) -> dict[str, Any]:
@@ -200,6 +211,16 @@ class SecuredKafka:
         """The SASL_SSL listeners that take PLAIN logins."""
         return ",".join(f"127.0.0.1:{self.listeners.plain_ports[n.node_id]}"
                         for n in self.cluster.nodes)
+
+    @property
+    def mtls_bootstrap(self) -> str:
+        """The SSL listeners that take clients by their certificate (mutual TLS)."""
+        return ",".join(f"127.0.0.1:{self.listeners.mtls_ports[n.node_id]}"
+                        for n in self.cluster.nodes)
+
+    def issue_client_certificate(self, common_name: str) -> CertFiles:
+        """A client certificate of the cluster's CA; its principal is ``User:CN=<name>``."""
+        return self.listeners.ca.issue(common_name)
 
     @property
     def ca_file(self) -> Path:
@@ -272,10 +293,13 @@ def _jvm_allows(urls: list[str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def secured_kafka(root: Path, size: int = 1, oidc: OidcTrust | None = None,
-                  plain_users: dict[str, str] | None = None) -> Iterator[SecuredKafka]:
+                  plain_users: dict[str, str] | None = None,
+                  mtls: bool = False) -> Iterator[SecuredKafka]:
     """Start a secured cluster under ``root`` (certificates in ``root/pki``); stop it after.
-    ``oidc`` adds the OAUTHBEARER listener, ``plain_users`` the PLAIN one."""
-    listeners = SecureListeners(root / "pki", oidc=oidc, plain_users=dict(plain_users or {}))
+    ``oidc`` adds the OAUTHBEARER listener, ``plain_users`` the PLAIN one, ``mtls`` the one
+    that takes client certificates."""
+    listeners = SecureListeners(root / "pki", oidc=oidc, plain_users=dict(plain_users or {}),
+                                mtls=mtls)
     (root / "kafka").mkdir(parents=True, exist_ok=True)
     cluster = KafkaCluster(size=size, root=root / "kafka", security=listeners)
     with _jvm_allows([oidc.jwks_url] if oidc is not None else []):

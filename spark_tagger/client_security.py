@@ -17,6 +17,13 @@ mean writing its options twice. So:
 * a PEM trust store (``ssl.truststore.location`` or ``ssl.truststore.certificates``) becomes
   ``ssl.ca.location`` / ``ssl.ca.pem``; a JKS or PKCS12 one is refused, since librdkafka reads
   CA certificates as PEM only;
+* a client certificate for mutual TLS (``security.protocol=SSL``): a PEM key store
+  (``ssl.keystore.type=PEM``; ``ssl.keystore.location``, one file with the private key and the
+  certificate chain, or ``ssl.keystore.key`` with ``ssl.keystore.certificate.chain``) becomes
+  ``ssl.key.location`` and ``ssl.certificate.location`` on that file (``ssl.key.pem`` and
+  ``ssl.certificate.pem``); a PKCS12 one passes through (librdkafka reads it as
+  ``ssl.keystore.location`` with ``ssl.keystore.password``); a JKS one is refused;
+  ``ssl.key.password`` means the same in both;
 * ``security.protocol``, ``sasl.mechanism`` and ``ssl.endpoint.identification.algorithm``
   mean the same in both and pass through; so do librdkafka's own names.
 
@@ -112,4 +119,33 @@ def librdkafka_security(params: Mapping[str, str]) -> dict[str, str]:
         out.setdefault("ssl.ca.location", location)
     if certificates:
         out.setdefault("ssl.ca.pem", certificates)
+    return _client_certificate(out)
+
+
+def _client_certificate(out: dict[str, str]) -> dict[str, str]:
+    """The Java client's key store (mutual TLS) in librdkafka's names."""
+    store_type = (out.pop("ssl.keystore.type", None) or "JKS").upper()
+    location = out.get("ssl.keystore.location")
+    key, chain = out.pop("ssl.keystore.key", None), out.pop("ssl.keystore.certificate.chain", None)
+    if not (location or key or chain):
+        return out
+    if store_type == "PKCS12" and location:
+        return out
+    if store_type != "PEM":
+        raise _refusal(f"option 'kafka.ssl.keystore.type' is {store_type}; the tagger's Kafka "
+                       "client reads a client certificate as PEM or PKCS12 only: convert the "
+                       "key store (keytool -importkeystore -deststoretype PKCS12) or set "
+                       "kafka.ssl.keystore.type=PEM with the private key and the certificate "
+                       "chain in one file, which Spark's connector reads too")
+    if location:
+        del out["ssl.keystore.location"]
+        out.pop("ssl.keystore.password", None)   # a PEM key store has none
+        out.setdefault("ssl.key.location", location)
+        out.setdefault("ssl.certificate.location", location)
+        return out
+    if not (key and chain):
+        raise _refusal("options 'kafka.ssl.keystore.key' and 'kafka.ssl.keystore.certificate."
+                       "chain' go together: give both (PEM), or kafka.ssl.keystore.location")
+    out.setdefault("ssl.key.pem", key)
+    out.setdefault("ssl.certificate.pem", chain)
     return out

@@ -53,6 +53,7 @@ from cutover.access import (
     required_rights,
     route_resources,
 )
+from cutover.certificate_principal import certificate_principal
 from cutover.cli import CliError
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.kafka_errors import (
@@ -248,7 +249,8 @@ def examine(settings: RouterSettings, role: Role, route: str | None = None,
                             if x.resource.kind is ResourceKind.TOPIC
                             and seen[x.resource].exists is False}))
     user = subject or conf.get("sasl.username")
-    return DoctorReport(principal=f"User:{user}" if user else principal_of(conf), role=role,
+    principal = f"User:{user}" if user else certificate_principal(conf) or principal_of(conf)
+    return DoctorReport(principal=principal, role=role,
                         bootstrap=settings.bootstrap, checks=checks, excess=tuple(excess),
                         missing_topics=missing)
 

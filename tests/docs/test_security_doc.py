@@ -42,3 +42,21 @@ def test_the_acl_lines_shown_are_those_cutover_init_prints() -> None:
     shown = re.findall(r"kafka-acls\.sh .*?(?=\nkafka-acls|\n```|$)",
                        _block("sh", "Then the ACL lines").replace("\\\n  ", ""), re.S)
     assert shown and all(line.strip() in printed for line in shown), shown
+
+
+def test_the_mutual_tls_listener_shown_is_the_one_the_secured_test_cluster_adds(
+        tmp_path: Path) -> None:
+    doc = dict(line.split("=", 1) for line in _block("properties", "## Mutual TLS")
+               .splitlines() if line)
+    node = KafkaNode(node_id=1)
+    plain = SecureListeners(tmp_path / "a", with_expired_listener=False).node_properties(
+        node, voters="")
+    mtls = SecureListeners(tmp_path / "b", with_expired_listener=False, mtls=True
+                           ).node_properties(node, voters="")
+    added = {k: str(v) for k, v in mtls.items() if k not in plain}
+    assert {k: v for k, v in doc.items() if not v.startswith("...")} == added
+    assert doc["listener.security.protocol.map"].endswith(",MTLS:SSL")
+    assert str(mtls["listener.security.protocol.map"]).endswith(",MTLS:SSL")
+    for key in ("listeners", "advertised.listeners"):
+        assert doc[key].split(",")[-1].split(":")[0] == "MTLS"
+        assert "MTLS://" in str(mtls[key])

@@ -3,7 +3,7 @@
 It runs whatever broker the rest of the suite uses (``CUTOVER_TEST_BROKER``), since the
 embedded broker has no authentication or authorisation to test. Beside SCRAM, it takes
 SASL/OAUTHBEARER logins whose JWTs come from a local OIDC issuer (:mod:`.oidc_issuer`) and
-SASL/PLAIN logins of one user, both over TLS.
+SASL/PLAIN logins of one user, both over TLS, and clients by their certificate (mutual TLS).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, oidc: OidcIssuer,
             plain_user: PlainUser) -> Iterator[SecuredKafka]:
     trust = OidcTrust(jwks_url=oidc.jwks_url, issuer=ISSUER, audience=AUDIENCE)
     with secured_kafka(tmp_path_factory.mktemp("secured-kafka"), oidc=trust,
-                       plain_users={plain_user.user: plain_user.password}) as kafka:
+                       plain_users={plain_user.user: plain_user.password}, mtls=True) as kafka:
         yield kafka
 
 

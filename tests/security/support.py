@@ -98,6 +98,41 @@ class LoginIdentity(Identity):
 
 
 @dataclass
+class CertIdentity(LoginIdentity):
+    """A client that logs in with its certificate (mutual TLS) on the broker's MTLS listener:
+    ``user`` is the certificate's common name, the principal ``User:CN=<user>``. Its secret is
+    the private key, in a file (mode 0600); ``password`` holds the key's PEM body so that
+    :func:`assert_no_secret` checks it never appears anywhere."""
+
+    mechanism: str = "SSL"
+    cert: Path = Path()
+    key: Path = Path()
+    keystore: Path = Path()
+
+    @property
+    def principal(self) -> str:
+        return f"User:CN={self.user}"
+
+    def write_secret(self, password: str | None = None) -> None:
+        """The key is the certificate's, written by the CA; nothing to write."""
+
+    def kafka_settings(self, ca_file: Path) -> dict[str, str]:
+        return {"security.protocol": "SSL", "ssl.ca.location": str(ca_file),
+                "ssl.certificate.location": str(self.cert), "ssl.key.location": str(self.key)}
+
+    def client_conf(self, ca_file: Path) -> dict[str, Any]:
+        return {**self.kafka_settings(ca_file), "bootstrap.servers": self.bootstrap}
+
+    def spark_options(self, ca_file: Path) -> dict[str, str]:
+        """The same login as a job writes it for Spark's connector (the Java client's names)."""
+        return {"kafka.bootstrap.servers": self.bootstrap, "kafka.security.protocol": "SSL",
+                "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.truststore.location": str(ca_file),
+                "kafka.ssl.keystore.type": "PEM",
+                "kafka.ssl.keystore.location": str(self.keystore)}
+
+
+@dataclass
 class CliRun:
     code: int
     out: str
@@ -166,6 +201,15 @@ class SecuredRoute:
                             mechanism="PLAIN", bootstrap=self.kafka.plain_bootstrap)
         who.write_secret()
         return who
+
+    def cert_identity(self, role: str) -> CertIdentity:
+        """A new client certificate ``CN=cert-<role>-<route>`` of the cluster's CA, with no ACL
+        yet."""
+        user = f"cert-{role}-{self.name}"
+        files = self.kafka.issue_client_certificate(user)
+        body = "".join(files.key.read_text().splitlines()[1:-1])
+        return CertIdentity(user, files.key, password=body, bootstrap=self.kafka.mtls_bootstrap,
+                            cert=files.cert, key=files.key, keystore=files.keystore)
 
     def wait_login(self, who: Identity, timeout: float = 20.0) -> None:
         """Until the broker accepts the user's login (credentials propagate as metadata)."""
@@ -267,14 +311,15 @@ class SecureJob(Job):
     """An emulated tagged job (records and heartbeats as the tagger writes them), writing as
     the route's job identity."""
 
-    def __init__(self, route: SecuredRoute, version: str, who: Identity | None = None) -> None:
+    def __init__(self, route: SecuredRoute, version: str, who: Identity | None = None,
+                 producer_conf: dict[str, Any] | None = None) -> None:
         self.env = route  # type: ignore[assignment]  # the harness's Job reads what it needs
         self.version = version
         self.topic = route.topic_for(version)
         self.lateness = 0
         self.max_t = None
         self.batch = 0
-        self.producer = Producer(route.client_conf(
+        self.producer = Producer(producer_conf or route.client_conf(
             who or route.job, **{"linger.ms": 5, "queue.buffering.max.messages": 1_000_000}))
 
 

@@ -2,8 +2,9 @@
 Kafka connector takes (``kafka.security.protocol``, ``kafka.sasl.mechanism``,
 ``kafka.sasl.jaas.config``, a PEM ``kafka.ssl.truststore``), read through the Python Kafka
 source and written through the tagging sink, logged in as the route's job identity, which may
-write its raw topic only (and read its own input): a SCRAM user, or an OIDC client whose job
-options are those of Spark's connector (``OAuthBearerLoginModule`` with client credentials)."""
+write its raw topic only (and read its own input): a SCRAM user, an OIDC client whose job
+options are those of Spark's connector (``OAuthBearerLoginModule`` with client credentials), or
+a client certificate (mutual TLS: ``kafka.security.protocol=SSL`` with a PEM key store)."""
 
 from __future__ import annotations
 
@@ -27,15 +28,22 @@ JOB = Path(__file__).resolve().parent / "jobs" / "secure_relay.py"
 ORDERS = 60
 
 
-@pytest.mark.parametrize("login", ["scram", "oauthbearer-oidc"])
+@pytest.mark.parametrize("login", ["scram", "oauthbearer-oidc", "mtls"])
 def test_a_tagged_job_reads_and_writes_over_tls(route: SecuredRoute, oidc: OidcIssuer,
                                                 tmp_path: Path, login: str) -> None:
     job = route.job
-    bootstrap, oauth = route.kafka.bootstrap, []
+    bootstrap = route.kafka.bootstrap
+    login_args = ["--user", job.user, "--password-file", str(job.secret_file)]
     if login == "oauthbearer-oidc":
         job = route.oauth_identity(oidc, "job")
         route.grant(job, Role.JOB)
-        bootstrap, oauth = route.kafka.oauth_bootstrap, ["--token-url", oidc.token_url]
+        bootstrap = route.kafka.oauth_bootstrap
+        login_args = ["--user", job.user, "--password-file", str(job.secret_file),
+                      "--token-url", oidc.token_url]
+    elif login == "mtls":
+        job = cert = route.cert_identity("job")
+        route.grant(job, Role.JOB)
+        bootstrap, login_args = route.kafka.mtls_bootstrap, ["--keystore", str(cert.keystore)]
     source = f"{route.name}.orders"
     create_topics(route.super_conf["bootstrap.servers"], {source: 2}, extra=route.super_conf)
     route.kafka.grant([Right(resource=Resource(kind=ResourceKind.TOPIC, name=source),
@@ -49,9 +57,8 @@ def test_a_tagged_job_reads_and_writes_over_tls(route: SecuredRoute, oidc: OidcI
     log = tmp_path / "tag.log"
     cmd = tag_command("blue", JOB, [
         "--bootstrap", bootstrap, "--input", source, "--output", route.inputs[0],
-        "--checkpoint", str(tmp_path / "ckpt"), "--user", job.user,
-        "--password-file", str(job.secret_file), "--ca-file", str(route.kafka.ca_file),
-        *oauth],
+        "--checkpoint", str(tmp_path / "ckpt"), "--ca-file", str(route.kafka.ca_file),
+        *login_args],
         flags=["--kafka-source", "python"])
     with log.open("wb") as out:
         done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=spark_env(),

@@ -8,14 +8,17 @@ watermark, heartbeats on every partition). A job's own foreachBatch function wri
 batch Kafka writer (run by the server's Python) and a batch Kafka write outside any query are
 tagged too. What Connect cannot serve is refused at start with the sentence: two Kafka sinks on
 one topic; a batch write without --event-time has no event time and is refused as on a classic
-session.
+session. Tagged on Connect, the windowed example emits what it emits untagged on a classic
+driver.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import uuid
+from collections import Counter
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -27,6 +30,7 @@ from spark_test_support import (
     JOBS,
     REPO,
     TEST_JOBS,
+    TagRun,
     assign_batches,
     committed_batches,
     expected_watermarks,
@@ -229,3 +233,37 @@ def test_a_connect_job_whose_server_has_no_kafka_connector_stops_with_the_fix(
             f"{pyspark_version}") in sentence
     assert "Traceback" not in res.stderr
     assert read_topic(bootstrap, out) == []
+
+
+@pytest.mark.slow  # a Connect server and a classic driver, one after the other: make test-all
+def test_a_windowed_job_tagged_on_connect_emits_what_it_emits_untagged_on_classic_spark(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """Tagging on Spark Connect never changes what a job emits: the windowed example tagged on
+    a Connect server and the same query run untagged on a classic driver, on the same input with
+    the same trigger (available-now, 60 records a batch), write the same records (key, value,
+    partition), each window once; the tagged ones carry the window's end as event time."""
+    n = uuid.uuid4().hex[:8]
+    tin, tagged_out, plain_out = f"eq-in-{n}", f"eq-connect-{n}", f"eq-classic-{n}"
+    create_topics(bootstrap, {tin: 2, tagged_out: PARTITIONS, plain_out: PARTITIONS})
+    write_orders(bootstrap, tin, make_orders(SPEC))
+    same = ["--bootstrap", bootstrap, "--input", tin, "--available-now",
+            "--max-offsets-per-trigger", "60"]
+    run_tag(tag_command("blue", JOBS / "windowed_totals_connect.py", [
+        "--remote", "local[2]", *same, "--output", tagged_out,
+        "--checkpoint", str(tmp_path / "ck-connect")]),
+        tmp_path / "connect.log", timeout=900, env=CONNECT_LOCAL_ENV)
+    plain = TagRun([sys.executable, str(JOBS / "windowed_totals.py"), *same,
+                    "--output", plain_out, "--checkpoint", str(tmp_path / "ck-classic")],
+                   tmp_path / "classic.log").start()
+    assert plain.wait(600) == 0, plain.tail()
+
+    tagged = [r for r in read_topic(bootstrap, tagged_out) if not r.header(KIND)]
+    untagged = read_topic(bootstrap, plain_out)
+    assert all(not r.headers for r in untagged), "the classic run was tagged"
+    content = lambda rs: Counter((r.key, r.value, r.partition) for r in rs)  # noqa: E731
+    assert content(tagged) == content(untagged)
+    assert len(untagged) > 10 and max(content(untagged).values()) == 1
+    for r in tagged:
+        assert parse_headers(list(r.headers)).event_time == _ms(
+            json.loads(r.value or b"")["window_end"])

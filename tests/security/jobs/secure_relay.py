@@ -1,7 +1,8 @@
 """A stateless job that relays orders over SASL_SSL, written as a user writes it for Spark's
 Kafka connector: the Java client's security options, the password read from the file the
 deployment mounts: SCRAM, or with ``--token-url`` an OIDC client-credentials login
-(``--user`` is the client id, the file holds its secret). It knows nothing of the tagger."""
+(``--user`` is the client id, the file holds its secret), or with ``--keystore`` mutual TLS
+(a PEM key store: the private key and the certificate). It knows nothing of the tagger."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ def main() -> None:
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("--user", required=True)
-    p.add_argument("--password-file", required=True)
+    p.add_argument("--user", default=None)
+    p.add_argument("--password-file", default=None)
+    p.add_argument("--keystore", default=None)
     p.add_argument("--ca-file", required=True)
     p.add_argument("--token-url", default=None)
     args = p.parse_args()
-    password = Path(args.password_file).read_text().strip()
+    password = Path(args.password_file).read_text().strip() if args.password_file else ""
     security = {
         "kafka.bootstrap.servers": args.bootstrap,
         "kafka.security.protocol": "SASL_SSL",
@@ -45,6 +47,13 @@ def main() -> None:
                                       f'OAuthBearerLoginModule required clientId="{args.user}" '
                                       f'clientSecret="{password}";',
         })
+    if args.keystore:
+        security = {"kafka.bootstrap.servers": args.bootstrap,
+                    "kafka.security.protocol": "SSL",
+                    "kafka.ssl.keystore.type": "PEM",
+                    "kafka.ssl.keystore.location": args.keystore,
+                    "kafka.ssl.truststore.type": "PEM",
+                    "kafka.ssl.truststore.location": args.ca_file}
     spark = SparkSession.builder.appName("secure-relay").getOrCreate()
     orders = (spark.readStream.format("kafka").options(**security)
               .option("subscribe", args.input)

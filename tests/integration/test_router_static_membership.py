@@ -1,0 +1,70 @@
+"""Static membership on the real broker: a worker killed with -9 and started again with the same
+``--instance-id`` (its ``group.instance.id``) within the session timeout takes its own partitions
+back, the other worker keeps its partitions without a rebalance, and the output holds every
+event exactly once. This is what a StatefulSet pod restarted under its own name relies on
+(deploy/: the pod name is the instance id). Part of ``make test-kafka39`` too."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from cutover.broker import BrokerUnderTest
+from tests.integration.harness import Env, Job, RouterProcess, check_output, events
+
+pytestmark = pytest.mark.broker
+
+TOOK = re.compile(r"took over partitions (\[[^\]]*\])")
+# Long enough for a killed worker to start again under load; the broker's own bound
+# (group.max.session.timeout.ms) is 30 minutes by default.
+SESSION_MS = 60_000
+
+
+def _takeovers(router: RouterProcess) -> list[set[int]]:
+    """The partitions of each assignment the worker received, in order."""
+    return [{p for _, p in ast.literal_eval(m.group(1))} for m in TOOK.finditer(router.text())]
+
+
+def test_a_worker_restarted_with_its_instance_id_takes_its_partitions_back_alone(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    if broker.kind == "tansu":
+        pytest.skip("the embedded broker has no static membership")
+    env = Env(broker.bootstrap, tmp_path, partitions=4)
+    config = env.write_config("static.yaml", kafka={"session.timeout.ms": SESSION_MS,
+                                                    "heartbeat.interval.ms": 500})
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    a = RouterProcess(env, config, name="a", args=("--instance-id", "worker-a"))
+    b = RouterProcess(env, config, name="b", args=("--instance-id", "worker-b"))
+    restarted: RouterProcess | None = None
+    try:
+        a.wait_started()
+        b.wait_started()
+        env.wait_for("the four partitions split between the two workers", lambda: bool(
+            _takeovers(a) and _takeovers(b)
+            and _takeovers(a)[-1] | _takeovers(b)[-1] == set(range(4))
+            and not _takeovers(a)[-1] & _takeovers(b)[-1]), 90)
+        blue = Job(env, "blue")
+        blue.emit(events(0, 400))
+        env.wait_output(400)
+        owned_by_a, b_assignments = _takeovers(a)[-1], len(_takeovers(b))
+
+        a.kill9()
+        blue.emit(events(400, 800))    # half of it waits, in a's partitions, for a to return
+        restarted = RouterProcess(env, config, name="a-again", args=("--instance-id",
+                                                                     "worker-a"))
+        restarted.wait_started(timeout=SESSION_MS / 1000)
+        env.wait_output(800)
+        check_output(env, events(0, 800), lambda p, t: "blue")
+
+        assert _takeovers(restarted) == [owned_by_a], restarted.tail(40)
+        assert len(_takeovers(b)) == b_assignments, f"b was rebalanced:\n{b.tail(40)}"
+        assert "partitions lost" not in b.text()
+        b.assert_alive()
+        restarted.assert_alive()
+    finally:
+        for worker in (a, b, restarted):
+            if worker is not None:
+                worker.stop()

@@ -47,7 +47,7 @@ $(SPARK35_STAMP): pyproject.toml setup.py router/_fastpath.c
 $(MATRIX_STAMP): jvm/kafka-broker-3.9.pom.xml jvm/spark-kafka-3.5.pom.xml
 	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	@echo "fetching Apache Kafka 3.9 and Spark 3.5's Kafka connector into $(JVM_CACHE) (once) ..."
-	@rm -rf $(JVM_CACHE)/kafka-3.9 $(JVM_CACHE)/spark-kafka-3.5
+	@rm -rf $(JVM_DIR)/kafka-3.9 $(JVM_DIR)/spark-kafka-3.5
 	@$(MVN_COPY) -f jvm/kafka-broker-3.9.pom.xml -DoutputDirectory=$(JVM_DIR)/kafka-3.9
 	@$(MVN_COPY) -f jvm/spark-kafka-3.5.pom.xml -DoutputDirectory=$(JVM_DIR)/spark-kafka-3.5 \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.12,spark-token-provider-kafka-0-10_2.12,kafka-clients,commons-pool2
@@ -92,7 +92,7 @@ $(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_m
 $(JVM_STAMP): jvm/kafka-broker.pom.xml jvm/spark-kafka.pom.xml
 	@command -v mvn >/dev/null || { echo "the test ground needs Maven (apt-get install maven) and Java 17"; exit 1; }
 	@echo "fetching Apache Kafka and Spark's Kafka connector into $(JVM_CACHE) (once) ..."
-	@rm -rf $(JVM_CACHE)/kafka $(JVM_CACHE)/spark-kafka
+	@rm -rf $(JVM_DIR)/kafka $(JVM_DIR)/spark-kafka
 	@$(MVN_COPY) -f jvm/kafka-broker.pom.xml -DoutputDirectory=$(JVM_DIR)/kafka
 	@$(MVN_COPY) -f jvm/spark-kafka.pom.xml -DoutputDirectory=$(JVM_DIR)/spark-kafka \
 	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2

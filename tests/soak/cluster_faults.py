@@ -8,6 +8,7 @@ generator, so a seed replays the same sequence of faults.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -57,6 +58,9 @@ class FaultRecord(BaseModel):
     ended: float
     target: str
     notes: list[str] = []
+    # the machine's 1-minute load average as the fault started: gaps stretch on a loaded
+    # machine, and the report says how loaded it was at each fault
+    load: float | None = None
 
 
 class FaultInjector:
@@ -72,10 +76,11 @@ class FaultInjector:
 
     def inject(self, kind: FaultKind) -> FaultRecord:
         started = time.time()
+        load = os.getloadavg()[0]
         notes: list[str] = []
         target = getattr(self, "_" + kind.name.lower())(notes)
         return FaultRecord(kind=kind, started=started, ended=time.time(), target=target,
-                           notes=notes)
+                           notes=notes, load=round(load, 1))
 
     # -- workers ------------------------------------------------------------------------------
 

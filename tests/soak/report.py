@@ -98,12 +98,13 @@ def _by_kind(r: ChaosResult) -> list[str]:
 
 def _fault_log(r: ChaosResult) -> list[str]:
     rows = ["| # | at (s) | fault | target | lasted (s) | worst partition | output gap (s) | "
-            "input gap (s) | notes |", "|---:|---:|---|---|---:|---:|---:|---:|---|"]
+            "input gap (s) | load | notes |", "|---:|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for i, f in enumerate(r.faults, 1):
+        load = "-" if f.fault.load is None else f"{f.fault.load:.1f}"
         rows.append(f"| {i} | {f.fault.started - r.started:.0f} | {f.fault.kind.value} | "
                     f"{f.fault.target} | {f.fault.ended - f.fault.started:.0f} | "
                     f"{f.gap.partition} | {f.gap.output_s:.1f} | {f.gap.input_s:.1f} | "
-                    f"{'; '.join(f.fault.notes) or ''} |")
+                    f"{load} | {'; '.join(f.fault.notes) or ''} |")
     return rows
 
 
@@ -174,6 +175,9 @@ def render(r: ChaosResult, kafka: str) -> str:
           f"{x.span_s:.0f} | {_rss_mark(x.judged, x.flat)} |" for x in r.rss),
         "",
         "## Every fault",
+        "",
+        "*load*: the machine's 1-minute load average when the fault started (2 cores: above 2, "
+        "processes wait for a core, and every gap stretches).",
         "",
         *_fault_log(r),
         "",

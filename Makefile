@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 # Apache Kafka and Spark's Kafka connector, fetched once from Maven Central into an ignored cache.
 JVM_CACHE ?= .cache/jvm
-JVM_DIR   := $(JVM_DIR)
+JVM_DIR   := $(abspath $(JVM_CACHE))
 JVM_STAMP := $(JVM_CACHE)/.fetched-stamp
 # helm, built once from the Go module proxy into the same ignored cache (tests/deploy lint and
 # render the chart with it).

@@ -201,7 +201,7 @@ class DedupStore:
             with file.open("rb") as f:
                 for start, count, n in zip(starts, saved["counts"], sizes, strict=True):
                     b = self._buckets[start]
-                    self.memory.filters.grant(n)  # what the saved filter holds, not less
+                    self.memory.filters.take(n)  # the saved filter's size, as it was
                     b.words.fromfile(f, n)
                     if sys.byteorder == "big":
                         b.words.byteswap()

@@ -53,6 +53,11 @@ class FilterBudget:
             self.used += granted
             return granted
 
+    def take(self, words: int) -> None:
+        """Account for ``words`` already decided (a saved filter read back at its size)."""
+        with self._lock:
+            self.used += words
+
     def release(self, words: int) -> None:
         with self._lock:
             self.used = max(0, self.used - words)

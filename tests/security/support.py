@@ -8,6 +8,7 @@ files refer to them (``${file:...}``, ``${env:...}``), as production settings mu
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -28,7 +29,7 @@ from cutover.settings import RouterSettings, parse_settings
 from router.kafka_io import read_to_end
 from router.operator import RouteView, Target, read_views
 from tests.children import VENV_BIN
-from tests.integration.harness import Job
+from tests.integration.harness import BASE_T, STEP, Job, check_output, events
 
 
 @dataclass
@@ -328,3 +329,37 @@ def assert_no_secret(texts: dict[str, str], *identities: Identity) -> None:
     for who in identities:
         for name, text in texts.items():
             assert who.password not in text, f"{who.user}'s password appears in {name}"
+
+
+def switch_blue_to_green(route: SecuredRoute, operator: Identity, blue: SecureJob,
+                         green: SecureJob, runs: list[CliRun]) -> dict[str, Any]:
+    """A whole switch through a secured route, each step by the operator's login: blue first
+    primary, both versions writing, a switch to green ahead of the horizon, the wait for
+    CLEAR_TO_TEARDOWN; every event forwarded once from the primary of its event time. Each
+    command's run is added to ``runs``; returns the route's last status (``status --json``)."""
+    runs.append(route.cli(operator, "switch", "--route", route.route, "--to", "blue",
+                          "--at", "auto"))
+    assert runs[-1].code == 0, runs[-1].text
+    for lo in range(0, 300, 100):
+        blue.emit(events(lo, lo + 100))
+        green.emit(events(lo, lo + 100))
+    route.wait_horizon(BASE_T + 298 * STEP, versions=("blue", "green"))
+    runs.append(route.cli(operator, "switch", "--route", route.route, "--to", "green",
+                          "--at", "auto", "--margin", "1s"))
+    assert runs[-1].code == 0, runs[-1].text
+    plan = route.view().plan
+    assert plan is not None and plan.transition is not None
+    boundary = plan.transition[2]
+    for lo in range(300, 600, 100):
+        green.emit(events(lo, lo + 100))
+        blue.emit(events(lo, lo + 100))
+    runs.append(route.cli(operator, "wait", "--route", route.route, "--for",
+                          "clear-to-teardown", "--timeout", "60s"))
+    assert runs[-1].code == 0, runs[-1].text
+    evs = events(0, 600)
+    route.wait_output(len(evs))
+    check_output(route, evs, lambda p, t: "green" if t >= boundary else "blue")  # type: ignore[arg-type]
+    runs.append(route.cli(operator, "status", "--route", route.route, "--json"))
+    status: dict[str, Any] = json.loads(runs[-1].out)[route.route]
+    assert status["counters"]["forwarded"] == len(evs)
+    return status

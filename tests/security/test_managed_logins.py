@@ -11,7 +11,6 @@ refuses, a token the broker refuses and Kerberos are each told in one sentence.
 
 from __future__ import annotations
 
-import json
 import secrets
 from pathlib import Path
 
@@ -20,7 +19,6 @@ import yaml
 
 from cutover.access import Role
 from tests.children import RouterChild
-from tests.integration.harness import BASE_T, STEP, check_output, events
 from tests.security.oidc_issuer import OidcIssuer
 from tests.security.support import (
     Identity,
@@ -28,6 +26,7 @@ from tests.security.support import (
     SecuredRoute,
     SecureJob,
     assert_no_secret,
+    switch_blue_to_green,
 )
 
 pytestmark = [pytest.mark.security, pytest.mark.broker]
@@ -61,30 +60,7 @@ def test_a_route_runs_end_to_end_with_a_managed_kafka_login(
     try:
         router.wait_started()
         blue, green = SecureJob(route, "blue", job), SecureJob(route, "green", job)
-        runs.append(route.cli(operator, "switch", "--route", route.route, "--to", "blue",
-                              "--at", "auto"))
-        assert runs[-1].code == 0, runs[-1].text
-        for lo in range(0, 300, 100):
-            blue.emit(events(lo, lo + 100))
-            green.emit(events(lo, lo + 100))
-        route.wait_horizon(BASE_T + 298 * STEP, versions=("blue", "green"))
-        runs.append(route.cli(operator, "switch", "--route", route.route, "--to", "green",
-                              "--at", "auto", "--margin", "1s"))
-        assert runs[-1].code == 0, runs[-1].text
-        plan = route.view().plan
-        assert plan is not None and plan.transition is not None
-        boundary = plan.transition[2]
-        for lo in range(300, 600, 100):
-            green.emit(events(lo, lo + 100))
-            blue.emit(events(lo, lo + 100))
-        runs.append(route.cli(operator, "wait", "--route", route.route, "--for",
-                              "clear-to-teardown", "--timeout", "60s"))
-        assert runs[-1].code == 0, runs[-1].text
-        evs = events(0, 600)
-        route.wait_output(len(evs))
-        check_output(route, evs, lambda p, t: "green" if t >= boundary else "blue")  # type: ignore[arg-type]
-        runs.append(route.cli(operator, "status", "--route", route.route, "--json"))
-        assert json.loads(runs[-1].out)[route.route]["counters"]["forwarded"] == len(evs)
+        switch_blue_to_green(route, operator, blue, green, runs)
     finally:
         router.stop()
     assert "Traceback" not in router.text()

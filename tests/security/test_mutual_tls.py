@@ -12,7 +12,6 @@ private key appears in any log or output.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -20,8 +19,13 @@ import pytest
 from cutover.access import Role
 from spark_tagger.options import kafka_params, producer_config
 from tests.children import RouterChild
-from tests.integration.harness import BASE_T, STEP, check_output, events
-from tests.security.support import CertIdentity, SecuredRoute, SecureJob, assert_no_secret
+from tests.security.support import (
+    CertIdentity,
+    SecuredRoute,
+    SecureJob,
+    assert_no_secret,
+    switch_blue_to_green,
+)
 
 pytestmark = [pytest.mark.security, pytest.mark.broker]
 
@@ -48,32 +52,8 @@ def test_a_route_runs_end_to_end_with_client_certificates(route: SecuredRoute) -
         router.wait_started()
         blue = SecureJob(route, "blue", producer_conf=producer)
         green = SecureJob(route, "green", producer_conf=producer)
-        runs.append(route.cli(operator, "switch", "--route", route.route, "--to", "blue",
-                              "--at", "auto"))
-        assert runs[-1].code == 0, runs[-1].text
-        for lo in range(0, 300, 100):
-            blue.emit(events(lo, lo + 100))
-            green.emit(events(lo, lo + 100))
-        route.wait_horizon(BASE_T + 298 * STEP, versions=("blue", "green"))
-        runs.append(route.cli(operator, "switch", "--route", route.route, "--to", "green",
-                              "--at", "auto", "--margin", "1s"))
-        assert runs[-1].code == 0, runs[-1].text
-        plan = route.view().plan
-        assert plan is not None and plan.transition is not None
-        boundary = plan.transition[2]
-        for lo in range(300, 600, 100):
-            green.emit(events(lo, lo + 100))
-            blue.emit(events(lo, lo + 100))
-        runs.append(route.cli(operator, "wait", "--route", route.route, "--for",
-                              "clear-to-teardown", "--timeout", "60s"))
-        assert runs[-1].code == 0, runs[-1].text
-        evs = events(0, 600)
-        route.wait_output(len(evs))
-        check_output(route, evs, lambda p, t: "green" if t >= boundary else "blue")  # type: ignore[arg-type]
-        runs.append(route.cli(operator, "status", "--route", route.route, "--json"))
-        status = json.loads(runs[-1].out)[route.route]
+        status = switch_blue_to_green(route, operator, blue, green, runs)
         assert status["transition"]["state"] == "CLEAR_TO_TEARDOWN"
-        assert status["counters"]["forwarded"] == len(evs)
     finally:
         router.stop()
     assert "Traceback" not in router.text()

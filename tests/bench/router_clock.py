@@ -61,9 +61,7 @@ class RouterClock:
             last = self.end is None and self._left == 0 and self._decided() >= self._total
             out = complete()
             if last:
-                ended = end._ended
-                futures = [] if ended is None or ended.commits is None \
-                    else ended.commits.futures
+                futures = [f.commit for f in end.in_flight.values() if f.commit is not None]
                 self._left = len(futures)
                 if not futures:
                     self._note_end()

@@ -127,7 +127,7 @@ class DataPath:
         self.routes: dict[str, RouteRuntime] = {}
         self.topic_route: dict[str, RouteRuntime] = {}
         self.owned: dict[tuple[str, int], Owned] = {}
-        self.joined = threading.Event()   # set once the first assignment is taken over
+        self.joined = False   # the first assignment is taken over (the worker is ready)
         self.store_memory = StoreMemory(settings.store_memory)
         self._route_sizes: dict[str, int] = {}
         self.board = StatusBoard(self.worker_id, routes=self._route_sizes,
@@ -281,8 +281,8 @@ class DataPath:
         partitions taken over."""
         self._took_over = True
         self.progress.idle()  # recovering, not idle: the stall clock starts again
-        if not self.joined.is_set():
-            self.joined.set()
+        if not self.joined:
+            self.joined = True
             owned = sorted(self.owned)
             log.info("router worker %s ready: joined group %s and owns %s", self.worker_id,
                      self.settings.group_id,

@@ -27,6 +27,7 @@ from router.operator import RouteView
 
 WINDOW_MS = 10_000
 MIN_RECORDS = 5   # a span with fewer output records has no rhythm to measure
+LOST_SHOWN = 20  # lost windows named in the summary
 
 
 def fmt(ms: int | None) -> str:
@@ -114,6 +115,21 @@ def largest_gap(stamps: list[float], span: Span) -> float | None:
     return max(b - a for a, b in itertools.pairwise(inside))
 
 
+def lost_window(k: tuple[str, int], version: str, raw: list[Rec]) -> dict[str, Any]:
+    """A window the output lacks, and what the raw topic holds of it: whether the version that
+    owned its event time wrote it at all (a job that never emitted it) or the router did not
+    forward it."""
+    from spark_tagger.partitioner import partition_for
+
+    customer, end = k
+    written = sorted({r.tag("bg.version") for r in raw
+                      if r.header("bg.kind") != "heartbeat" and r.header("bg.event_time")
+                      == str(end) and json.loads(r.value or b"null")["customer"] == customer})
+    return {"customer": customer, "window_end": fmt(end), "event_time": end,
+            "partition": partition_for(customer.encode(), None, PARTITIONS),
+            "expected_from": version, "in_raw_from": written}
+
+
 def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders: list[Order],
               story: Story, out: Path, review_limit: float) -> dict[str, Any]:
     """Check the output against a reference computed from the input orders alone (green holds
@@ -160,7 +176,8 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
             wrong_version += 1
         if body["orders"] != counted(ver, k):
             wrong_value += 1
-    lost = sum(1 for k in expected if k not in seen)
+    missing = sorted((k for k in expected if k not in seen), key=lambda k: (k[1], k[0]))
+    lost = len(missing)
     duplicated = sum(n - 1 for n in seen.values() if n > 1)
     raw_data = Counter(r.tag("bg.version") for r in raw if r.header("bg.kind") != "heartbeat")
     stamps = sorted(r.timestamp for r in output)
@@ -182,6 +199,7 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
         "green_from": timeline.to_green, "v3_from": timeline.to_new,
         "green_again_from": timeline.back,
         "windows_with_a_reviewed_order": sum(1 for k in ref if reviewed[k] != ref[k]),
+        "lost_windows": [lost_window(k, expected[k], raw) for k in missing[:LOST_SHOWN]],
         "windows": len(ref),
     }
     png = out / "timeline.png"
@@ -222,6 +240,10 @@ def _print(report: dict[str, Any], rollouts: list[RolloutRecord], timeline: Time
     print(f"  checked against reference   {report['expected']} windows expected: lost "
           f"{report['lost']}, duplicated {report['duplicated']}, wrong version "
           f"{report['wrong_version']}, wrong count {report['wrong_value']}")
+    for w in report["lost_windows"]:
+        found = ", ".join(w["in_raw_from"]) or "no version"
+        print(f"    lost: {w['customer']}'s window ending {w['window_end']} (partition "
+              f"{w['partition']}, {w['expected_from']}'s); the raw topic holds it from {found}")
     steady = ", ".join(_seconds(g) for g in report["largest_gap_steady_s"])
     during = ", ".join(f"rollout {i}: {_seconds(g)}"
                        for i, g in enumerate(report["largest_gap_rollouts_s"], start=1))

@@ -53,7 +53,7 @@ def test_demo_runs_a_rollout_and_a_rollback(tmp_path: Path) -> None:
     assert "Traceback" not in done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["expected"] > 50
-    assert summary["lost"] == 0 and summary["duplicated"] == 0
+    assert summary["lost"] == 0 and summary["duplicated"] == 0, summary["lost_windows"]
     assert summary["wrong_version"] == 0 and summary["wrong_value"] == 0
     forwarded = summary["forwarded"]
     assert forwarded.get("blue", 0) > 0 and forwarded.get("green", 0) > 0

@@ -163,7 +163,7 @@ class Demo:
             # The boundary two minutes of event time ahead (~10 s here): v3 hangs before its
             # watermark reaches it. With the default 10 s (~1 s here) v3 could pass the
             # boundary, and green be cleared, before the hang was set off.
-            "--margin", "120s", "--deadline", "100s", "--soak", "5s")
+            "--margin", "120s", "--deadline", "150s", "--soak", "5s")
         self.story.rollouts.append((started, time.time()))
         if rc != 1:
             raise CliError(f"the rollout to v3 was meant to roll back, it exited {rc}", 1)

@@ -66,11 +66,12 @@ SPARK35_TESTS := tests/spark/test_tagging_writer.py tests/spark/test_event_time.
   tests/spark/test_kill_restart.py tests/spark/test_update_mode_router.py \
   tests/spark/test_router_blue_green.py tests/spark/test_foreach_batch_router.py
 # transactions, fencing, read-back after a crash, kill -9 and rebalances, static membership,
-# the switch; and the compiled path's direct reads of the lowest client's records
+# the switch, the conformance grid's CI cells; and the compiled path's direct reads of the
+# lowest client's records
 KAFKA39_TESTS := tests/integration/test_router_transactions.py \
   tests/integration/test_router_fencing.py tests/integration/test_router_switch.py \
   tests/integration/test_router_failures.py tests/integration/test_router_static_membership.py \
-  tests/unit/test_compiled_path.py
+  tests/conformance/test_conformance.py::test_ci_cell tests/unit/test_compiled_path.py
 
 test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 	CUTOVER_SPARK_KAFKA_JARS=$(JVM_DIR)/spark-kafka-3.5 \

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cutover.broker import create_topics, wait_until_ready
 from cutover.cli import CliError
 from cutover.cli.demo_parts import (
     PARTITIONS,
@@ -38,8 +37,9 @@ from cutover.cli.demo_parts import (
     write_settings,
 )
 from cutover.cli.demo_report import Story, summarize
+from cutover.demo_broker import EmbeddedBroker
 from cutover.rollout.journal import Phase
-from cutover.tansu import EmbeddedBroker
+from cutover.topic_admin import create_topics, wait_until_ready
 
 
 def _jobs() -> Path:

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
 from cutover.settings import parse_settings
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
+from testground.brokers import create_topics
 from tests.bench.passthrough import pass_batch
 from tests.bench.test_router_bench import EVENTS, PARTITIONS
 

@@ -54,7 +54,7 @@ from cutover.access import (
     route_resources,
 )
 from cutover.certificate_principal import certificate_principal
-from cutover.cli import CliError
+from cutover.cli.errors import CliError
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.kafka_errors import (
     ClientErrors,

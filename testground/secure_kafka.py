@@ -266,7 +266,7 @@ class SecuredKafka:
     def sasl_conf(self, user: str, password: str, *,
                   bootstrap: str | None = None, ca_file: Path | None = None) -> dict[str, str]:
         """librdkafka settings to log in as ``user`` (tests only: settings files refer to
-        secrets by file or environment variable, see :mod:`cutover.secrets`)."""
+        secrets by file or environment variable, see :mod:`cutover.secret_refs`)."""
         return {"bootstrap.servers": bootstrap or self.bootstrap,
                 "security.protocol": "SASL_SSL", "sasl.mechanism": SCRAM_MECHANISM,
                 "sasl.username": user, "sasl.password": password,

@@ -64,7 +64,7 @@ from cutover.kafka_errors import (
     principal_of,
     transactional_id_refused,
 )
-from cutover.secrets import resolve_secrets
+from cutover.secret_refs import resolve_secrets
 from cutover.settings import RouterSettings
 
 _RETRIED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,

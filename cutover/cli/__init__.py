@@ -23,10 +23,9 @@ from importlib.metadata import PackageNotFoundError, version
 from cutover.cli.client_logs import keep_client_logs_out
 from cutover.cli.dispatch import run_command
 from cutover.cli.errors import CliError
-from cutover.cli.parsing import CutoverParser, Deprecated, HelpFormatter
+from cutover.cli.parsing import CutoverParser
 
-__all__ = ["EXIT_CODES", "CliError", "CutoverParser", "Deprecated", "HelpFormatter",
-           "build_parser", "main", "package_version"]
+__all__ = ["EXIT_CODES", "CliError", "CutoverParser", "build_parser", "main", "package_version"]
 
 # module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {

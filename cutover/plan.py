@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cutover.headers import VersionId
-from cutover.secrets import PLAN_KEY_ENV, plan_signing_key
+from cutover.secret_refs import PLAN_KEY_ENV, plan_signing_key
 from cutover.validation import RouteName, describe
 
 MAX_PLAN_BYTES = 64 * 1024

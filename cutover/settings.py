@@ -31,8 +31,10 @@ class Handover(StrEnum):
 
 class Transactions(StrEnum):
     """Whether each batch's output, dead letters, shadow copies and checkpoint are written in one
-    Kafka transaction (router.transactions). ``auto``: on, unless the broker is Tansu, whose
-    ``read_committed`` does not hide aborted records (cutover.tansu)."""
+    Kafka transaction (router.transactions). ``auto``: on where the broker answers that it
+    serves every transaction API, the markers that hide aborted records from ``read_committed``
+    consumers included (Apache Kafka); off where it does not (Tansu)
+    (cutover.broker_capabilities)."""
 
     AUTO = "auto"
     ON = "on"
@@ -186,7 +188,8 @@ class RouterSettings(BaseModel):
         default=Transactions.AUTO,
         description="auto | on | off: write each batch in one Kafka transaction (exactly-once "
                     "output, dead letters and shadow copies for read_committed consumers); "
-                    "auto is on for Apache Kafka and off for Tansu")
+                    "auto asks the broker: on where it serves every transaction API "
+                    "(Apache Kafka), off where it does not (Tansu)")
     routes: tuple[RouteSettings, ...] = Field(min_length=1)
 
     @field_validator("kafka")

@@ -31,7 +31,7 @@ from cutover.kafka_errors import (
     list_topics,
     topic_denial,
 )
-from cutover.secrets import resolve_secrets
+from cutover.secret_refs import resolve_secrets
 from cutover.settings import RouterSettings
 
 log = logging.getLogger("cutover.router")

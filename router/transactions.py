@@ -35,9 +35,9 @@ from typing import NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from cutover.broker_capabilities import serves_transactions
 from cutover.kafka_errors import transactional_id_refused
 from cutover.settings import RouterSettings, Transactions
-from cutover.tansu import is_tansu
 from router.checkpoint import Checkpoint, produce_checkpoint
 from router.errors import (
     BatchAborted,
@@ -80,11 +80,9 @@ _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
 
 
 def transactions_on(settings: RouterSettings) -> bool:
-    """The ``transactions`` setting, with ``auto`` decided by asking the broker what it is."""
+    """The ``transactions`` setting, with ``auto`` decided by asking the broker what it serves."""
     if settings.transactions is Transactions.AUTO:
-        security = {k: str(v) for k, v in client_conf(settings, "admin").items()
-                    if k not in ("bootstrap.servers", "logger", "log_level")}
-        return not is_tansu(settings.bootstrap, security)
+        return serves_transactions(client_conf(settings, "admin"))
     return settings.transactions is Transactions.ON
 
 

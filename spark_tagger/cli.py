@@ -10,7 +10,7 @@ import os
 import re
 import shlex
 
-from cutover.cli import CliError
+from cutover.cli.errors import CliError
 from cutover.headers import VERSION_PATTERN
 
 

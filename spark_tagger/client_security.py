@@ -28,7 +28,7 @@ mean writing its options twice. So:
   mean the same in both and pass through; so do librdkafka's own names.
 
 A value may also be a secret reference, ``${env:NAME}`` or ``${file:PATH}``
-(:mod:`cutover.secrets`), resolved on the driver; the JVM connector does not read these, so
+(:mod:`cutover.secret_refs`), resolved on the driver; the JVM connector does not read these, so
 use them only where the Python client serves the job. No error here repeats an option's value.
 """
 
@@ -38,7 +38,7 @@ import re
 from collections.abc import Mapping
 
 from cutover.kafka_errors import unsupported_login
-from cutover.secrets import SecretError, resolve
+from cutover.secret_refs import SecretError, resolve
 
 _LOGIN = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?:required|requisite|sufficient|optional)"
                     r"(?P<options>.*?);?\s*$", re.DOTALL)

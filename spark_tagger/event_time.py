@@ -112,9 +112,9 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
     from pyspark.errors import AnalysisException
 
     spark = df.sparkSession
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = spark._jvm
     assert jvm is not None
-    spine = [df._jdf.queryExecution().analyzed()]  # type: ignore[operator]
+    spine = [df._jdf.queryExecution().analyzed()]
     while spine[-1].getClass().getSimpleName() in _PASSTHROUGH:
         children = _seq(jvm, spine[-1].children())
         if len(children) != 1:
@@ -181,7 +181,7 @@ def attach_event_time(df: DataFrame, expression: str | None = None) -> tuple[Dat
     if depth == 0:
         return with_col, Found(description=what, depth=0)
     # carry the new column up through the pass-through nodes above the one that computes it
-    plan = with_col._jdf.queryExecution().analyzed()  # type: ignore[operator]
+    plan = with_col._jdf.queryExecution().analyzed()
     attr = _seq(jvm, plan.output())[-1]
     logical = jvm.org.apache.spark.sql.catalyst.plans.logical
     for node in reversed(spine[:depth]):

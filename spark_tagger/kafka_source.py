@@ -203,7 +203,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Offsets | None = None
         self._last_probe = 0.0
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> Offsets:
         return self._planner.resolve(self.opts.starting_offsets, self._planner.partitions())
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -224,7 +224,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest = _nest(ends)
         return self._latest
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = _flat(self._target if self._target is not None else self._latest_all())
         begin = _flat(start)
         # never go backwards (a partition probed before a lagging fetch answer)
@@ -236,17 +236,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = rate_limit(start, end, limit.max_rows)
         return end
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> Offsets | None:
         return self._latest
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         return plan_ranges(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
         return read_range(self.opts, self.schema, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: Offsets) -> None:
         """Offsets are in Spark's checkpoint; nothing is committed to Kafka."""
 
     def stop(self) -> None:

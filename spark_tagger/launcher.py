@@ -22,17 +22,22 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_tagger.batch_writer import save_tagged
+from spark_tagger.client_security import KafkaOptionError
 from spark_tagger.connect import install_connect
 from spark_tagger.event_time import EventTimeError, attach_event_time
 from spark_tagger.foreach_batch import TaggedForeachBatch
-from spark_tagger.options import KafkaOptionError, SinkOptions
+from spark_tagger.options import SinkOptions
 from spark_tagger.output_modes import check_output_mode
 from spark_tagger.refusal import TaggerError
 from spark_tagger.spark_version import connector_coordinates, has_python_data_sources
 from spark_tagger.tagger import BatchTagger, TagSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql.readwriter import DataFrameReader
+    from pyspark.sql.streaming.readwriter import DataStreamReader
 
 JVM_KAFKA_PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
@@ -106,7 +111,7 @@ def _is_kafka(source: Any) -> bool:
 
 
 def _writer_state(w: Any) -> dict[str, Any]:
-    state = w.__dict__.get("_bg_state")
+    state: dict[str, Any] | None = w.__dict__.get("_bg_state")
     if state is None:
         state = {"format": None, "options": {}, "outputMode": None, "trigger": None,
                  "queryName": None}
@@ -122,7 +127,7 @@ def install(settings: TagSettings) -> None:
     from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
 
     # --- reads (streaming and batch): the Python connector if the JVM one is absent
-    def make_format(cls: type) -> Any:
+    def make_format(cls: type[DataStreamReader] | type[DataFrameReader]) -> Any:
         original = _originals.get((cls, "format"), cls.format)
 
         def format(self: Any, source: str) -> Any:

@@ -196,7 +196,7 @@ class QueryRef:
         if not self._ready.wait(timeout):
             raise RuntimeError("the streaming query did not report its start")
         assert self._query is not None
-        jsq = self._query._jsq  # type: ignore[attr-defined]
+        jsq = self._query._jsq
         return str(jsq.streamingQuery().resolvedCheckpointRoot())
 
 

@@ -1,4 +1,4 @@
-"""Shared fixtures. The broker is started once per session from one place (cutover.broker):
+"""Shared fixtures. The broker is started once per session from one place (testground.brokers):
 Apache Kafka by default, ``CUTOVER_TEST_BROKER=tansu`` for the embedded broker, and
 ``CUTOVER_TEST_BOOTSTRAP=host:port`` for a Kafka that is already running."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from cutover.broker import BrokerUnderTest, broker_for_tests, create_topics
+from testground.brokers import BrokerUnderTest, broker_for_tests, create_topics
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from pydantic import BaseModel, ConfigDict
 
-from cutover.broker import end_offsets
+from testground.brokers import end_offsets
 
 
 class RawRecord(BaseModel):

@@ -21,7 +21,11 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from cutover.cli.client_logs import keep_client_logs_out
-from cutover.settings import SettingsError
+from cutover.cli.dispatch import run_command
+from cutover.cli.errors import CliError
+from cutover.cli.parsing import CutoverParser
+
+__all__ = ["EXIT_CODES", "CliError", "CutoverParser", "build_parser", "main", "package_version"]
 
 # module path -> sub-commands it registers; imported lazily so `cutover status` never loads Spark.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
@@ -68,44 +72,6 @@ EXIT_CODES: dict[str, str] = {
 }
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Each flag's default after its help (unless the help already says it, or there is none
-    to show), and descriptions and epilogs kept as written."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        help_ = action.help or ""
-        shown = action.default not in (None, False, argparse.SUPPRESS, [])
-        if shown and "%(default)" not in help_ and "default" not in help_ \
-                and (action.option_strings or action.nargs in (argparse.OPTIONAL,
-                                                               argparse.ZERO_OR_MORE)):
-            help_ += " (default: %(default)s)"
-        return help_
-
-
-class CutoverParser(argparse.ArgumentParser):
-    """Every ``cutover`` parser, sub-commands included: defaults shown in --help."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-
-class Deprecated(argparse.Action):
-    """A flag kept for old scripts: it sets the new flag's value and says to use that."""
-
-    def __init__(self, option_strings: list[str], dest: str, *, use: str,
-                 **kwargs: object) -> None:
-        self.use = use
-        kwargs.setdefault("help", f"deprecated: use {use}")
-        super().__init__(option_strings, dest, **kwargs)  # type: ignore[arg-type]
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: object, option_string: str | None = None) -> None:
-        print(f"{parser.prog}: {option_string} is deprecated and will be removed; use "
-              f"{self.use}", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 # The distribution's name on PyPI (the command is `cutover`; that name on PyPI is another
 # project's).
 DISTRIBUTION = "cutover-streams"
@@ -116,14 +82,6 @@ def package_version() -> str:
         return version(DISTRIBUTION)
     except PackageNotFoundError:  # run from a source tree that was never installed
         return "unknown"
-
-
-class CliError(Exception):
-    """An operator error: the message says what is wrong and how to fix it."""
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -174,18 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command not in ("router", "tag"):   # a worker's and a job's logs are their own
         keep_client_logs_out(echo=args.verbose)
-    try:
-        _require_role(args.command)
-        return int(args.func(args) or 0)
-    except CliError as exc:
-        print(f"cutover {args.command}: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except SettingsError as exc:  # e.g. a secret reference that does not resolve
-        print(f"cutover {args.command}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"cutover {args.command}: interrupted", file=sys.stderr)
-        return 130
+    return run_command(args, before=lambda: _require_role(args.command))
 
 
 def _all_commands() -> set[str]:

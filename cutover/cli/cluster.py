@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from cutover.cli import CliError
+from cutover.cli.errors import CliError
 from cutover.cli.settings_file import settings_file
 from cutover.plan import CutoverPlan, PlanRejected
 from router.kafka_io import BrokerUnavailable, base_conf, wait_for_broker

@@ -15,8 +15,9 @@ import argparse
 import json
 from typing import Any
 
-from cutover.cli import CliError, Deprecated
 from cutover.cli.cluster import broker_errors, cluster_args, connect, route_view
+from cutover.cli.errors import CliError
+from cutover.cli.parsing import Deprecated
 from cutover.cli.rollout import parse_fraction
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.cli.times import parse_duration_ms

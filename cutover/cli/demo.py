@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cutover.broker import create_topics, wait_until_ready
-from cutover.cli import CliError
+import cutover.cli.plan as plan_command
+import cutover.cli.rollout as rollout_command
 from cutover.cli.demo_parts import (
     PARTITIONS,
     ROUTE,
@@ -38,8 +38,12 @@ from cutover.cli.demo_parts import (
     write_settings,
 )
 from cutover.cli.demo_report import Story, summarize
+from cutover.cli.dispatch import run_command
+from cutover.cli.errors import CliError
+from cutover.cli.parsing import CutoverParser
+from cutover.demo_broker import EmbeddedBroker
 from cutover.rollout.journal import Phase
-from cutover.tansu import EmbeddedBroker
+from cutover.topic_admin import create_topics, wait_until_ready
 
 
 def _jobs() -> Path:
@@ -74,10 +78,13 @@ def register(sub: Any) -> None:
 
 
 def cutover(*args: str) -> int:
-    """Run an operator command exactly as a user would type it."""
-    from cutover.cli import main
-
-    return main(list(args))
+    """Run an operator command as a user would type it: its own parser, its error sentences and
+    exit codes (the commands the story runs: ``plan`` and ``rollout``)."""
+    parser = CutoverParser(prog="cutover")
+    commands = parser.add_subparsers(dest="command", parser_class=CutoverParser)
+    plan_command.register(commands)
+    rollout_command.register(commands)
+    return run_command(parser.parse_args(list(args)))
 
 
 class Demo:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import yaml
 
-from cutover.broker import free_port
-from cutover.cli import CliError
 from cutover.cli.cluster import target_of
+from cutover.cli.errors import CliError
 from cutover.cli.orders import EventSpec, Order, make_orders
+from cutover.demo_broker import free_port
 from cutover.rollout.journal import RolloutRecord
 from router.operator import RouteView, StateReader
 

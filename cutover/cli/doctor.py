@@ -54,7 +54,7 @@ from cutover.access import (
     route_resources,
 )
 from cutover.certificate_principal import certificate_principal
-from cutover.cli import CliError
+from cutover.cli.errors import CliError
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.kafka_errors import (
     ClientErrors,
@@ -64,7 +64,7 @@ from cutover.kafka_errors import (
     principal_of,
     transactional_id_refused,
 )
-from cutover.secrets import resolve_secrets
+from cutover.secret_refs import resolve_secrets
 from cutover.settings import RouterSettings
 
 _RETRIED = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,

@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from pydantic import BaseModel, ConfigDict
 
 from cutover.access import Role, required_rights
-from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, connect, publish_quietly, route_view
+from cutover.cli.errors import CliError
 from cutover.cli.route_topics import TopicRole, TopicSpec, route_topics, topic_problem
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.plan import CutoverPlan, Segment, utcnow

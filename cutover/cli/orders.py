@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from confluent_kafka import Producer
 from pydantic import BaseModel, ConfigDict, Field
 
-from cutover.broker import create_topics, partition_count
+from cutover.topic_admin import create_topics, partition_count
 from spark_tagger.partitioner import partition_for
 
 COUNTRIES = ("DE", "FR", "US", "GB", "JP")

@@ -12,8 +12,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from cutover.cli import CliError
 from cutover.cli.cluster import cluster_args, connect, publish, route_view
+from cutover.cli.errors import CliError
 from cutover.plan import CutoverPlan, PlanRejected, Segment, parse_plan, plan_key_from_env, utcnow
 
 

@@ -27,8 +27,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, cluster_args, connect
+from cutover.cli.errors import CliError
 from cutover.cli.rollout_driver import Driver, Superseded
 from cutover.cli.rollout_ops import register_actions
 from cutover.cli.rollout_procs import host, pid_alive

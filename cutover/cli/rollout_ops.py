@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Any
 
-from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, cluster_args, connect
+from cutover.cli.errors import CliError
 from cutover.cli.status import describe_rollout
 from cutover.cli.times import parse_duration_ms
 from cutover.plan import utcnow

@@ -3,7 +3,7 @@ that says how to fix it; a route looked up in it, or refused naming the routes i
 
 from __future__ import annotations
 
-from cutover.cli import CliError
+from cutover.cli.errors import CliError
 from cutover.settings import RouterSettings, RouteSettings, SettingsError, load_settings
 
 

@@ -10,8 +10,8 @@ import time
 from datetime import datetime
 from typing import Any
 
-from cutover.cli import CliError
 from cutover.cli.cluster import broker_errors, cluster_args, connect
+from cutover.cli.errors import CliError
 from cutover.cli.times import parse_duration_ms
 from cutover.plan import utcnow
 from cutover.rollout.journal import RolloutRecord

@@ -8,8 +8,8 @@ import getpass
 import socket
 from typing import Any
 
-from cutover.cli import CliError
 from cutover.cli.cluster import cluster_args, connect, publish, route_view
+from cutover.cli.errors import CliError
 from cutover.cli.times import parse_at, parse_deadline, parse_duration_ms
 from cutover.plan import utcnow
 from router.next_plan import SwitchRefused, next_plan

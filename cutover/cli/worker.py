@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any
 
-from cutover.cli import CliError
+from cutover.cli.errors import CliError
 from cutover.cli.settings_file import settings_file
 
 INSTANCE_ENV = "CUTOVER_INSTANCE_ID"

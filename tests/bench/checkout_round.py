@@ -22,7 +22,6 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
 from cutover.settings import parse_settings
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
@@ -35,6 +34,12 @@ _clock = importlib.util.spec_from_file_location("router_clock",
 assert _clock is not None and _clock.loader is not None
 router_clock = importlib.util.module_from_spec(_clock)
 _clock.loader.exec_module(router_clock)
+# ... and this checkout's topic admin (older checkouts keep it elsewhere).
+_admin = importlib.util.spec_from_file_location(
+    "topic_admin", Path(__file__).resolve().parents[2] / "cutover" / "topic_admin.py")
+assert _admin is not None and _admin.loader is not None
+topic_admin = importlib.util.module_from_spec(_admin)
+_admin.loader.exec_module(topic_admin)
 
 # The pass-through loop's prefetch, as router.kafka_io.PREFETCH (not imported: older checkouts
 # lack it); the same in every checkout's round.
@@ -101,7 +106,7 @@ def router(bootstrap: str, raw: str, out: str, control: str, status: str,
 def main(argv: list[str]) -> None:
     mode, bootstrap, raw, out, control, status, total_s, state = argv
     total = int(total_s)
-    create_topics(bootstrap, {out: PARTITIONS, f"{out}.dlq": PARTITIONS})
+    topic_admin.create_topics(bootstrap, {out: PARTITIONS, f"{out}.dlq": PARTITIONS})
     if mode == "router":
         wall, cpu = router(bootstrap, raw, out, control, status, state)
     else:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from cutover.broker import broker_for_tests, create_topics
 from cutover.plan import CutoverPlan, Segment
+from testground.brokers import broker_for_tests, create_topics
 from tests.bench.report import load_line
 from tests.bench.test_router_bench import BASE_T, EVENTS, PARTITIONS, _fill
 

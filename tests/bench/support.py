@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from cutover.broker import create_topics
+from testground.brokers import create_topics
 from tests.children import VENV_BIN, Child, RouterChild
 
 __all__ = ["Child", "RouterChild"]

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from cutover.broker import create_topics
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
+from testground.brokers import create_topics
 from tests.bench.report import load_line, record
 
 pytestmark = [pytest.mark.bench, pytest.mark.broker]

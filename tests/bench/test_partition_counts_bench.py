@@ -47,7 +47,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
+from testground.brokers import create_topics
 from tests.bench.partition_backlog import (
     BASE_T,
     STEP_MS,

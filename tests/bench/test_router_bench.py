@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouterSettings, parse_settings
@@ -27,6 +26,7 @@ from router import compiled
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
 from router.kafka_io import PREFETCH
+from testground.brokers import BrokerUnderTest, create_topics
 from tests.bench.passthrough import forward_primary, pass_batch
 from tests.bench.report import load_line, record
 from tests.bench.router_clock import RouterClock

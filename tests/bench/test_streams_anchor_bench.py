@@ -33,8 +33,8 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from cutover.broker import BrokerUnderTest, create_topics
 from cutover.plan import CutoverPlan, Segment
+from testground.brokers import BrokerUnderTest, create_topics
 from tests.bench.report import load_line, record
 from tests.bench.streams_anchor import (
     Backlog,

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from cutover.broker import create_topics
 from cutover.plan import CutoverPlan, Segment
+from testground.brokers import create_topics
 from tests.bench.report import load_line, record
 from tests.bench.test_router_bench import BASE_T, PARTITIONS, _fill
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cutover.broker import BrokerUnderTest, broker_for_tests
+from testground.brokers import BrokerUnderTest, broker_for_tests
 
 
 @pytest.fixture(scope="session")

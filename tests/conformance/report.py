@@ -7,7 +7,7 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from cutover.broker import BrokerUnderTest
+from testground.brokers import BrokerUnderTest
 from tests.conformance.data import (
     DIVERGENCE_MS,
     IDLE_ACTIVE,

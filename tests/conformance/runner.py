@@ -22,13 +22,13 @@ from typing import Any, NamedTuple
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from cutover.broker import BrokerUnderTest, create_topics
 from cutover.cli import main as cutover_main
 from cutover.headers import EVENT_TIME, SRC, VERSION
 from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, TransitionState, parse_status
 from router.kafka_io import base_conf, read_to_end, reader_conf
 from router.operator import PartitionReport, RouteView, Target, merge_report, read_views
+from testground.brokers import BrokerUnderTest, create_topics
 from tests.children import RouterChild
 from tests.conformance.data import (
     PARTITIONS,

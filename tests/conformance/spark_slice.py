@@ -35,13 +35,13 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pydantic import BaseModel, ConfigDict
 
-from cutover.broker import create_topics, end_offsets
 from cutover.headers import parse_headers
 from cutover.status import TransitionState
 from router.kafka_io import base_conf, read_to_end
 from router.operator import RouteView
 from spark_tagger.partitioner import partition_for
 from spark_tagger.testing import EventSpec, Order, make_orders
+from testground.brokers import create_topics, end_offsets
 from tests.children import RouterChild
 from tests.conformance.data import headers_of
 from tests.conformance.runner import (

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cutover.broker import EXTERNAL_BOOTSTRAP_ENV, BrokerUnderTest, broker_for_tests
 from cutover.headers import EVENT_TIME, SRC, VERSION
+from testground.brokers import EXTERNAL_BOOTSTRAP_ENV, BrokerUnderTest, broker_for_tests
 from tests.conformance import report
 from tests.conformance.data import LATENESS, EmulatedJob, generate
 from tests.conformance.runner import CellResult, OutRecord, run_cell, verify

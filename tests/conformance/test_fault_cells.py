@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from cutover import broker as brokers
-from cutover.kafka_broker import KafkaCluster, kafka_version
+from testground import brokers
+from testground.kafka_broker import KafkaCluster, kafka_version
 from tests.conformance import report
 from tests.conformance.fault_cell import FaultCell
 from tests.soak.chaos import ChaosResult, ChaosSettings, chaos_run

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from cutover.broker import BrokerUnderTest
 from cutover.plan import CutoverPlan
 from router.decision import Incoming, Outcome, PartitionRouter
 from router.identity import identity_function
 from spark_tagger.testing import Order
+from testground.brokers import BrokerUnderTest
 from tests.conformance import report
 from tests.conformance.runner import NEW, OLD, CellResult
 from tests.conformance.scenario import Failure, Scenario

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from cutover.cli import build_parser
-from cutover.secrets import REFERENCE, SECRET_SETTINGS
+from cutover.secret_refs import REFERENCE, SECRET_SETTINGS
 from cutover.settings import RouterSettings, parse_settings
 from tests.deploy.chart import CHART, ROOT, Rendered, helm, kubecheck, render, render_error
 

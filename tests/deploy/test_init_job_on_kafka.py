@@ -18,7 +18,7 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from cutover.broker import create_topics
+from testground.brokers import create_topics
 from tests.deploy.chart import Rendered, render
 
 pytestmark = [pytest.mark.deploy, pytest.mark.broker]

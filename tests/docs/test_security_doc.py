@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 from cutover.access import Role, required_rights
-from cutover.kafka_broker import KafkaNode
-from cutover.secure_kafka import SecureListeners
 from cutover.settings import parse_settings
+from testground.kafka_broker import KafkaNode
+from testground.secure_kafka import SecureListeners
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 # Where the example and the test cluster must differ: addresses and file locations.

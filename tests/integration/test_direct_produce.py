@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import SRC, VERSION, TaggedRecord, heartbeat_headers, parse_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
@@ -31,6 +30,7 @@ from router.durability import Durability
 from router.identity import record_identity
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime
+from testground.brokers import BrokerUnderTest, create_topics
 from tests.topics import RawRecord, read_topic
 
 pytestmark = pytest.mark.broker

@@ -18,7 +18,6 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import create_topics
 from cutover.headers import (
     BATCH,
     EVENT_TIME,
@@ -30,6 +29,7 @@ from cutover.headers import (
     parse_headers,
 )
 from router import compiled
+from testground.brokers import create_topics
 
 pytestmark = pytest.mark.broker
 

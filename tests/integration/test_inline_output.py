@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from cutover.broker import BrokerUnderTest, create_topics
 from cutover.headers import SRC
 from cutover.settings import RouteSettings
 from router.decision import PartitionRouter
@@ -26,6 +25,7 @@ from router.errors import OutputWriteFailed
 from router.identity import record_identity
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime
+from testground.brokers import BrokerUnderTest, create_topics
 from tests.topics import read_topic
 
 pytestmark = pytest.mark.broker

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from cutover.broker import BrokerUnderTest
 from router.kafka_io import base_conf, read_to_end
+from testground.brokers import BrokerUnderTest
 from tests.integration.harness import (
     Env,
     Event,

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from cutover.broker import BrokerUnderTest, end_offsets
 from cutover.headers import SRC, TaggedRecord
 from router.checkpoint import Checkpoint, read_checkpoints, write_checkpoints
 from router.decision import PartitionSnapshot
 from router.kafka_io import base_conf
+from testground.brokers import BrokerUnderTest, end_offsets
 from tests.integration.harness import Env, Job, RouterProcess, check_output, events
 
 pytestmark = pytest.mark.broker

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
-from cutover.broker import BrokerUnderTest
+from testground.brokers import BrokerUnderTest
 from tests.integration.harness import Env, RouterProcess
 
 pytestmark = pytest.mark.broker

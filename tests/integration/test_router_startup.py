@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cutover.broker import free_port
+from testground.brokers import free_port
 from tests.children import VENV_BIN
 
 

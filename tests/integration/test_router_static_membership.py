@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover.broker import BrokerUnderTest
+from testground.brokers import BrokerUnderTest
 from tests.integration.harness import Env, Job, RouterProcess, check_output, events
 
 pytestmark = pytest.mark.broker

@@ -277,7 +277,7 @@ def test_last_good_plan_survives_a_restart(bootstrap: str, tmp_path: Path) -> No
         s.get("epoch") == 2 and s["event"] == "status" for s in env.status_messages()))
     router.stop()
     # The compacted control topic now holds only a bad record for the route.
-    from cutover.broker import create_topics
+    from testground.brokers import create_topics
 
     compacted = f"{env.control}-compacted"
     create_topics(bootstrap, {compacted: 1}, compacted=[compacted])

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cutover.broker import BrokerUnderTest
 from router.kafka_io import base_conf, read_to_end
+from testground.brokers import BrokerUnderTest
 from tests.integration.harness import (
     Env,
     Job,

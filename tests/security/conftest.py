@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cutover.secure_kafka import OidcTrust, SecuredKafka, secured_kafka
+from testground.secure_kafka import OidcTrust, SecuredKafka, secured_kafka
 from tests.security.oidc_issuer import AUDIENCE, ISSUER, OidcIssuer
 from tests.security.support import PlainUser, SecuredRoute
 

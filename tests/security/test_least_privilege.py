@@ -21,7 +21,7 @@ from confluent_kafka.admin import (
 )
 
 from cutover.access import Role, required_rights
-from cutover.broker import end_offsets
+from testground.brokers import end_offsets
 from tests.security.support import Identity, SecuredRoute, assert_no_secret
 
 pytestmark = [pytest.mark.security, pytest.mark.broker]

@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from cutover.access import Operation, Resource, ResourceKind, Right, Role, required_rights
-from cutover.broker import end_offsets
 from cutover.plan import CutoverPlan, Segment, utcnow
-from cutover.throwaway_pki import ThrowawayCA
+from testground.brokers import end_offsets
+from testground.throwaway_pki import ThrowawayCA
 from tests.children import VENV_BIN
 from tests.security.support import Identity, SecuredRoute, assert_no_secret
 

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 
 from cutover.access import Operation, Resource, ResourceKind, Right, Role
-from cutover.broker import create_topics
 from cutover.headers import parse_headers
+from testground.brokers import create_topics
 from tests.security.oidc_issuer import OidcIssuer
 from tests.security.support import SecuredRoute, assert_no_secret
 from tests.spark.spark_test_support import REPO, spark_env, tag_command

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from cutover.broker_base import BrokerError
-from cutover.kafka_broker import KafkaCluster, kafka_version
+from cutover.topic_admin import BrokerError
+from testground.kafka_broker import KafkaCluster, kafka_version
 from tests.soak import report
 from tests.soak.chaos import ChaosSettings, chaos_run
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from cutover.broker import create_topics
-from cutover.kafka_broker import KafkaCluster
 from router.kafka_io import base_conf
 from router.operator import Target
+from testground.brokers import create_topics
+from testground.kafka_broker import KafkaCluster
 from tests.soak.checker import OutputWatcher, Verdict, verify
 from tests.soak.cluster_faults import FaultInjector, FaultKind, FaultRecord
 from tests.soak.forensics import dump_lost

@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from cutover.broker_base import BrokerError
-from cutover.kafka_broker import KafkaCluster
+from cutover.topic_admin import BrokerError
+from testground.kafka_broker import KafkaCluster
 from tests.soak.router_workers import Worker, WorkerPool
 
 

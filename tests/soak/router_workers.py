@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from cutover.broker_base import free_port
 from cutover.child_process import dies_with_parent
+from cutover.demo_broker import free_port
 from tests.children import VENV_BIN, Child
 
 LIVENESS_FAILURE_S = 30.0

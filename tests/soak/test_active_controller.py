@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cutover.broker_base import BrokerError
-from cutover.kafka_broker import KafkaCluster, KafkaNode
+from cutover.topic_admin import BrokerError
+from testground.kafka_broker import KafkaCluster, KafkaNode
 
 
 def _cluster(root: Path, states: dict[int, tuple[int, int] | None]) -> KafkaCluster:

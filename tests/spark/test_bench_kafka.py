@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from cutover.broker import create_topics, end_offsets
 from spark_tagger.options import SinkOptions, Tagging
 from spark_tagger.tagger import _write_task
+from testground.brokers import create_topics, end_offsets
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.bench]
 

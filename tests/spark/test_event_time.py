@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from spark_tagger.event_time import EVENT_TIME_COLUMN, EventTimeError, attach_event_time, millis_sql
 from spark_tagger.spark_version import has_python_data_sources
+from testground.brokers import create_topics
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]
 

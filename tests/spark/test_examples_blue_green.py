@@ -29,10 +29,10 @@ from spark_test_support import (
     tag_command,
 )
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, Order, make_orders, write_orders
 from cutover.headers import BATCH, EVENT_TIME, KIND, VERSION, WATERMARK, parse_headers
 from spark_tagger.partitioner import partition_for
+from testground.brokers import create_topics
 from tests.topics import RawRecord, read_topic
 
 # Slow (make test-all): four Spark jobs before the first test. The default suite keeps the

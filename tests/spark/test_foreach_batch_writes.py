@@ -34,11 +34,11 @@ from spark_test_support import (
     wait_for,
 )
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, Order, make_orders, write_orders
 from cutover.headers import KIND, VERSION, parse_headers
 from spark_tagger.partitioner import partition_for
 from spark_tagger.spark_version import has_python_data_sources
+from testground.brokers import create_topics
 from tests.topics import RawRecord, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]

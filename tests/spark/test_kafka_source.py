@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import Producer
 from spark_test_support import offset_logs
 
-from cutover.broker import create_topics, end_offsets
 from spark_tagger.kafka_source import rate_limit, source_schema
 from spark_tagger.options import KafkaOptionError, SourceOptions
 from spark_tagger.partitioner import partition_for
+from testground.brokers import create_topics, end_offsets
 from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]

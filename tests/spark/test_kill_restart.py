@@ -26,9 +26,9 @@ from spark_test_support import (
     tag_command,
 )
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, VERSION, parse_headers
+from testground.brokers import create_topics
 from tests.topics import RawRecord, read_topic
 
 # Slow (make test-all), like the other shapes in test_kill_restart_shapes.py; the default suite

@@ -10,10 +10,10 @@ import pytest
 from pyspark import __version__ as pyspark_version
 from spark_test_support import JOBS, REPO, TEST_JOBS, spark_env, tag_command
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from spark_tagger.cli import submit_args
 from spark_tagger.spark_version import has_python_data_sources
+from testground.brokers import create_topics
 from tests.topics import read_topic
 
 

@@ -25,9 +25,9 @@ from spark_test_support import (
     tag_command,
 )
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
+from testground.brokers import create_topics
 from tests.topics import read_topic
 
 # about 100 s on two busy cores: make test-all runs it

@@ -41,10 +41,10 @@ from spark_test_support import (
     tag_command,
 )
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
 from spark_tagger.partitioner import partition_for
+from testground.brokers import create_topics
 from tests.conformance.spark_slice import RAW_PARTITIONS, SPARK_CELLS, run_spark_cell
 from tests.topics import read_topic
 

@@ -47,9 +47,9 @@ from spark_test_support import (
     wait_for,
 )
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
+from testground.brokers import create_topics
 from tests.children import Child
 from tests.topics import read_topic
 

@@ -19,11 +19,11 @@ import pytest
 from confluent_kafka import Producer
 from spark_test_support import JOBS, committed_batches, run_tag, tag_command
 
-from cutover.broker import create_topics
 from cutover.cli.orders import EventSpec, Order, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
 from spark_tagger.checkpoint import parse_offset_log
 from spark_tagger.partitioner import partition_for
+from testground.brokers import create_topics
 from tests.topics import read_topic
 
 # slow: make test-all runs it; the default suite keeps CI's 25-minute budget

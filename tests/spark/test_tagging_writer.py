@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from cutover.broker import create_topics
 from cutover.headers import BATCH, EVENT_TIME, VERSION, WATERMARK
 from spark_tagger.options import SinkOptions, Tagging
 from spark_tagger.partitioner import partition_for
 from spark_tagger.tagger import TopicCount, write_tagged
+from testground.brokers import create_topics
 from tests.topics import read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker]

@@ -32,10 +32,10 @@ from spark_test_support import (
     tag_command,
 )
 
-from cutover.broker import create_topics, end_offsets
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
 from router.kafka_io import base_conf, read_to_end
+from testground.brokers import create_topics, end_offsets
 from tests.children import RouterChild
 from tests.conformance.runner import run_cli
 from tests.topics import RawRecord, read_topic

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from cutover.broker import create_topics
 from cutover.cli import main
 from cutover.cli.route_topics import TopicRole, TopicSpec, route_topics, topic_problem
 from cutover.settings import parse_settings
+from testground.brokers import create_topics
 
 
 def _settings(tmp_path: Path, bootstrap: str, name: str) -> Path:

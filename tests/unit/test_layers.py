@@ -4,11 +4,13 @@
         ^ uses
     router/ (the worker, the operator's library)    spark_tagger/ (the tagger)
         ^ use
-    contract (cutover/: models, headers, plan, settings, status, readiness; the test brokers)
+    contract (cutover/: models, headers, plan, settings, status, readiness, topic admin)
 
-Nothing imports upwards, router and spark_tagger do not import each other, and no product
+Nothing imports upwards, router and spark_tagger do not import each other, no product
 module takes part in an import cycle (lazy imports inside functions included: they are cycles
-too, only later).
+too, only later; and imports by name, ``importlib.import_module("...")`` or a table of module
+names a module loads, as the CLI's commands), and no product module imports the test ground
+(testground/) or the tests.
 """
 
 from __future__ import annotations
@@ -39,18 +41,42 @@ def modules() -> dict[str, Path]:
 MODULES = modules()
 
 
-def imports(name: str) -> set[str]:
-    """The product modules ``name`` imports (at any level of the file)."""
+TREES = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
+IMPORT_BY_NAME = ("import_module", "__import__")
+NOT_PRODUCT = ("testground", "tests")
+
+
+def statement_imports(tree: ast.Module) -> set[str]:
+    """Every module an ``import`` statement of ``tree`` names (at any level of the file)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        else:
-            continue
-        found |= {t for t in targets if t in MODULES}
-    return found - {name}
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def string_imports(tree: ast.Module) -> set[str]:
+    """The modules ``tree`` imports by name: the literal argument of ``import_module`` or
+    ``__import__``; where one of these takes a computed name, every dotted string of the file
+    (the table it loads from, as the CLI's ``COMMAND_MODULES``)."""
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and (node.func.attr if isinstance(node.func, ast.Attribute)
+                  else getattr(node.func, "id", None)) in IMPORT_BY_NAME]
+    literal = [c.args[0].value for c in calls if c.args and isinstance(c.args[0], ast.Constant)
+               and isinstance(c.args[0].value, str)]
+    if len(literal) == len(calls):
+        return set(literal)
+    return set(literal) | {node.value for node in ast.walk(tree)
+                           if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                           and "." in node.value}
+
+
+def imports(name: str) -> set[str]:
+    """The product modules ``name`` imports, by statement or by name."""
+    tree = TREES[name]
+    return {t for t in statement_imports(tree) | string_imports(tree) if t in MODULES} - {name}
 
 
 def layer(name: str) -> str:
@@ -80,6 +106,20 @@ def test_no_module_imports_upwards_or_sideways(name: str) -> None:
                    if layer(t) not in ALLOWED[layer(name)])
     assert not wrong, (f"{name} ({layer(name)}) imports {wrong}; allowed: "
                        f"{sorted(ALLOWED[layer(name)])}")
+
+
+def test_imports_by_name_are_seen() -> None:
+    # The CLI loads each command's module from a table of names (cutover.cli.COMMAND_MODULES).
+    assert {"spark_tagger.cli", "cutover.cli.demo", "cutover.cli.rollout"} <= imports("cutover.cli")
+    tree = ast.parse('import importlib\nimportlib.import_module("router.decision")\n')
+    assert string_imports(tree) == {"router.decision"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_product_module_imports_the_test_ground(name: str) -> None:
+    wrong = sorted(t for t in statement_imports(TREES[name]) | string_imports(TREES[name])
+                   if t.split(".")[0] in NOT_PRODUCT)
+    assert not wrong, f"{name} imports {wrong}: the wheel does not ship them"
 
 
 def test_no_import_cycles() -> None:

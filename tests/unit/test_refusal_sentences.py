@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from cutover.kafka_errors import ClientErrors, diagnose_tls, explain_connect_failure
-from cutover.throwaway_pki import CertFiles, ThrowawayCA, Validity
+from testground.throwaway_pki import CertFiles, ThrowawayCA, Validity
 
 
 @contextlib.contextmanager

@@ -2,7 +2,7 @@
 
 The embedded broker has neither, so nothing proved that the router, the tagger and the
 operator's commands work with least-privilege credentials, nor that the broker refuses the
-rest. This module secures a :class:`~cutover.kafka_broker.KafkaCluster` the way a production
+rest. This module secures a :class:`~testground.kafka_broker.KafkaCluster` the way a production
 cluster is secured:
 
 * clients connect to a ``SASL_SSL`` listener (``CLIENT``) and log in with SCRAM-SHA-512;
@@ -23,7 +23,7 @@ cluster is secured:
 
 Users and ACLs are made through the admin API as the super user (over ``INTERNAL``), so no
 password ever appears on a command line, and a test can change a password while a client
-retries. Certificates come from :mod:`cutover.throwaway_pki`.
+retries. Certificates come from :mod:`testground.throwaway_pki`.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from cutover.broker import BrokerError, free_port
-from cutover.kafka_broker import KafkaCluster, KafkaNode
-from cutover.throwaway_pki import CertFiles, ThrowawayCA, Validity
+from cutover.demo_broker import free_port
+from cutover.topic_admin import BrokerError
+from testground.kafka_broker import KafkaCluster, KafkaNode
+from testground.throwaway_pki import CertFiles, ThrowawayCA, Validity
 
 BROKER_CN = "cutover-broker"
 SUPER_USER = f"User:CN={BROKER_CN}"
@@ -81,7 +82,7 @@ def _jaas_quote(value: str) -> str:
 
 @dataclass
 class SecureListeners:
-    """The :class:`~cutover.kafka_broker.NodeSecurity` of the secured test cluster."""
+    """The :class:`~testground.kafka_broker.NodeSecurity` of the secured test cluster."""
 
     pki: Path
     with_expired_listener: bool = True
@@ -265,7 +266,7 @@ class SecuredKafka:
     def sasl_conf(self, user: str, password: str, *,
                   bootstrap: str | None = None, ca_file: Path | None = None) -> dict[str, str]:
         """librdkafka settings to log in as ``user`` (tests only: settings files refer to
-        secrets by file or environment variable, see :mod:`cutover.secrets`)."""
+        secrets by file or environment variable, see :mod:`cutover.secret_refs`)."""
         return {"bootstrap.servers": bootstrap or self.bootstrap,
                 "security.protocol": "SASL_SSL", "sasl.mechanism": SCRAM_MECHANISM,
                 "sasl.username": user, "sasl.password": password,

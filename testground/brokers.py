@@ -1,10 +1,10 @@
-"""Brokers for the demo and the tests, and the admin helpers every caller shares.
+"""The broker a test run talks to, and the admin helpers the tests use with it.
 
 Which broker: ``CUTOVER_TEST_BOOTSTRAP=host:port`` points the tests at a running Kafka and
 starts nothing; otherwise ``CUTOVER_TEST_BROKER`` picks what the suite starts itself:
-``kafka`` (the default, Apache Kafka in KRaft mode, :mod:`cutover.kafka_broker`) or ``tansu``
-(the embedded broker of the demo, :mod:`cutover.tansu`, which also holds every workaround for
-its differences from Apache Kafka).
+``kafka`` (the default, Apache Kafka in KRaft mode, :mod:`testground.kafka_broker`) or ``tansu``
+(the embedded broker of the demo, :mod:`cutover.demo_broker`; :mod:`testground.tansu_quirks`
+holds every workaround for its differences from Apache Kafka).
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from cutover.broker_base import BrokerError, free_port, wait_until_ready
-from cutover.kafka_broker import KafkaCluster, kafka_version
-from cutover.tansu import EmbeddedBroker, is_tansu, tansu_end_offsets, tansu_version
+from cutover.demo_broker import EmbeddedBroker, free_port, tansu_version
+from cutover.topic_admin import BrokerError, create_topics, partition_count, wait_until_ready
+from testground.kafka_broker import KafkaCluster, kafka_version
+from testground.tansu_quirks import is_tansu, tansu_end_offsets
 
 __all__ = ["BrokerError", "BrokerUnderTest", "broker_for_tests", "create_topics",
            "end_offsets", "free_port", "partition_count", "wait_until_ready"]
@@ -79,50 +79,6 @@ def broker_for_tests(size: int = 1, kind: str | None = None) -> Iterator[BrokerU
         return
     with KafkaCluster(size=size) as cluster:
         yield BrokerUnderTest(cluster.bootstrap, "kafka", kafka_version(), size, cluster)
-
-
-def create_topics(
-    bootstrap: str,
-    topics: dict[str, int],
-    *,
-    compacted: Iterable[str] = (),
-    extra: dict[str, str] | None = None,
-    timeout: float = 15.0,
-) -> None:
-    """Create topics with explicit partition counts; an existing one must have the same count."""
-    compact = set(compacted)
-    admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
-    existing = admin.list_topics(timeout=timeout).topics
-    new = []
-    for name, partitions in topics.items():
-        if name in existing:
-            have = len(existing[name].partitions)
-            if have != partitions:
-                raise BrokerError(
-                    f"topic {name!r} exists with {have} partitions, {partitions} are needed"
-                )
-            continue
-        config = {"cleanup.policy": "compact"} if name in compact else {}
-        new.append(NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config))
-    if not new:
-        return
-    for name, fut in admin.create_topics(new, request_timeout=timeout).items():
-        try:
-            fut.result(timeout=timeout)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise BrokerError(f"could not create topic {name!r}: {exc}") from exc
-
-
-def partition_count(bootstrap: str, topic: str, extra: dict[str, str] | None = None) -> int:
-    # List all topics: asking for one by name makes the test broker create it.
-    meta = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})}).list_topics(
-        timeout=10.0
-    )
-    t = meta.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
-        raise BrokerError(f"topic {topic!r} does not exist on {bootstrap}")
-    return len(t.partitions)
 
 
 def end_offsets(

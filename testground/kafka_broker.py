@@ -8,7 +8,7 @@ single broker and a three-broker cluster (replication 3, ``min.insync.replicas=2
 same code. Heaps are small (a 2-core, 24 GiB machine runs three brokers next to Spark JVMs).
 
 By default every listener is PLAINTEXT and open; a :class:`NodeSecurity` (the security
-suite's, :mod:`cutover.secure_kafka`) replaces the listeners with TLS and SASL ones and switches
+suite's, :mod:`testground.secure_kafka`) replaces the listeners with TLS and SASL ones and switches
 the authorizer on.
 
 A node that fails to start raises :class:`BrokerError` with the last lines of its log instead
@@ -47,8 +47,9 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from cutover.broker_base import BrokerError, free_port
 from cutover.child_process import dies_with_parent
+from cutover.demo_broker import free_port
+from cutover.topic_admin import BrokerError
 
 KAFKA_LIBS_ENV = "CUTOVER_KAFKA_LIBS"
 KAFKA_HEAP_ENV = "CUTOVER_KAFKA_HEAP"
@@ -110,7 +111,7 @@ class KafkaNode:
 
 class NodeSecurity(Protocol):
     """Listeners, TLS, SASL and authorizer settings for a secured cluster
-    (:mod:`cutover.secure_kafka`); without one, every listener is PLAINTEXT and open."""
+    (:mod:`testground.secure_kafka`); without one, every listener is PLAINTEXT and open."""
 
     def node_properties(self, node: KafkaNode, voters: str) -> dict[str, Any]:
         """Properties that replace the PLAINTEXT listeners of ``node``'s server.properties."""

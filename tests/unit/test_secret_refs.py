@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cutover.cli import main as cutover_main
-from cutover.secrets import SecretError, plan_signing_key, resolve_secrets
+from cutover.secret_refs import SecretError, plan_signing_key, resolve_secrets
 from router.kafka_io import base_conf
 
 SECRET = "s3cret-Value-42"

@@ -63,6 +63,13 @@ def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, 
 def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) -> dict[str, Any]:
     """Settings for one client: bootstrap + the operator's ``kafka:`` pass-through + ``extra``."""
     conf = base_conf(settings.bootstrap, dict(settings.kafka))
+    # A request to a frozen broker is otherwise awaited for librdkafka's 60 s: produce and
+    # transaction requests (their timeout is this one) and fetches held the partitions whose
+    # leader or transaction coordinator froze until the broker came back, long after Kafka had
+    # moved them. Given up, the client drops the connection and asks again, of the new leader
+    # or coordinator once Kafka has elected one (retries keep their sequence numbers: nothing
+    # is written twice).
+    conf.setdefault("socket.timeout.ms", int(settings.socket_timeout_s * 1000))
     if role != "consumer":
         conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
     conf.update(extra)

@@ -27,4 +27,4 @@ def test_a_refused_login_is_named_with_what_to_check(secured: SecuredKafka) -> N
     secured.set_password(user, secrets.token_urlsafe(16))
     with pytest.raises(ConnectionError, match="check the bootstrap address and the client's "
                                               "security settings"):
-        broker_api_keys(secured.sasl_conf(user, "not-the-password"), timeout=10.0)
+        broker_api_keys(secured.sasl_conf(user, "not-the-password"), timeout=3.0)

@@ -101,10 +101,19 @@ class Assignment:
         self._index()
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """The session expired: the partitions may already be another worker's; nothing of
-        them is kept."""
+        """The session expired: the partitions may already be another worker's. With
+        transactions they are parked as revoked ones are (:meth:`on_revoke`), and for the same
+        reason: another worker cannot have written them without fencing this worker's
+        producers first, so a partition given back that someone else wrote in between fails its
+        next commit, and the worker rebuilds and takes it over properly. A session lost to a
+        moving group coordinator, after which the group gives every worker its partitions
+        back, then costs no takeover. Without transactions nothing fences: they are given
+        up."""
         log.warning("partitions lost (session expired): %s",
                     [f"{tp.topic}:{tp.partition}" for tp in partitions])
+        if self.txn is not None:
+            self.on_revoke(consumer, partitions)
+            return
         self.before_change()
         self.drop({(self.topic_route[tp.topic].settings.name, tp.partition)
                    for tp in partitions if tp.topic in self.topic_route})

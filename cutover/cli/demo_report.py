@@ -115,19 +115,26 @@ def largest_gap(stamps: list[float], span: Span) -> float | None:
     return max(b - a for a, b in itertools.pairwise(inside))
 
 
-def lost_window(k: tuple[str, int], version: str, raw: list[Rec]) -> dict[str, Any]:
-    """A window the output lacks, and what the raw topic holds of it: whether the version that
-    owned its event time wrote it at all (a job that never emitted it) or the router did not
-    forward it."""
+def lost_windows(missing: list[tuple[str, int]], expected: dict[tuple[str, int], str],
+                 raw: list[Rec]) -> list[dict[str, Any]]:
+    """The windows the output lacks, and what the raw topic holds of each: whether the version
+    that owned its event time wrote it at all (a job that never emitted it) or the router did
+    not forward it. One pass over the raw records for all of them."""
     from spark_tagger.partitioner import partition_for
 
-    customer, end = k
-    written = sorted({r.tag("bg.version") for r in raw
-                      if r.header("bg.kind") != "heartbeat" and r.header("bg.event_time")
-                      == str(end) and json.loads(r.value or b"null")["customer"] == customer})
-    return {"customer": customer, "window_end": fmt(end), "event_time": end,
-            "partition": partition_for(customer.encode(), None, PARTITIONS),
-            "expected_from": version, "in_raw_from": written}
+    written: dict[tuple[str, int], set[str]] = {k: set() for k in missing}
+    ends = {end for _, end in missing}
+    for r in raw:
+        t = r.header("bg.event_time")
+        if r.header("bg.kind") == "heartbeat" or t is None or int(t) not in ends:
+            continue
+        k = (json.loads(r.value or b"null")["customer"], int(t))
+        if k in written:
+            written[k].add(r.tag("bg.version"))
+    return [{"customer": c, "window_end": fmt(end), "event_time": end,
+             "partition": partition_for(c.encode(), None, PARTITIONS),
+             "expected_from": expected[(c, end)], "in_raw_from": sorted(written[(c, end)])}
+            for c, end in missing]
 
 
 def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders: list[Order],
@@ -199,7 +206,7 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
         "green_from": timeline.to_green, "v3_from": timeline.to_new,
         "green_again_from": timeline.back,
         "windows_with_a_reviewed_order": sum(1 for k in ref if reviewed[k] != ref[k]),
-        "lost_windows": [lost_window(k, expected[k], raw) for k in missing[:LOST_SHOWN]],
+        "lost_windows": lost_windows(missing[:LOST_SHOWN], expected, raw),
         "windows": len(ref),
     }
     png = out / "timeline.png"

@@ -176,12 +176,14 @@ class RouterSettings(BaseModel):
                     "frozen broker is given up after this and asked of the partition's new "
                     "leader")
     socket_timeout_s: float = Field(
-        default=8.0, ge=2, le=300,
+        default=5.0, ge=2, le=300,
         description="seconds a request to one broker (produce, transaction, fetch, commit) may "
                     "go unanswered before the client drops the connection and asks again, of the "
                     "partition's new leader or the new transaction coordinator once Kafka has "
                     "moved them: a frozen broker holds its partitions this long, not until it "
-                    "answers (librdkafka's socket.timeout.ms; the kafka: setting of that name "
+                    "answers. A request asked again before Kafka moved them (the brokers' "
+                    "broker.session.timeout.ms, 9 s by default) waits again, so about half of "
+                    "that (librdkafka's socket.timeout.ms; the kafka: setting of that name "
                     "wins)")
     max_rebuilds: int = Field(
         default=5, ge=1,

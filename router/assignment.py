@@ -44,9 +44,10 @@ class Assignment:
     owned: dict[PartitionKey, Owned]
     memory: StoreMemory   # what the worker's dedup stores share
     by_tp: dict[tuple[str, int], Owned] = field(default_factory=dict)
-    # Called before the group gives or takes partitions: waits for the last batch's commits
-    # (router.batch_end.BatchEnd.wait), so that no partition changes hands mid-commit.
-    before_change: Callable[[], None] = lambda: None
+    # Called before the group gives or takes partitions, with the partitions about to be
+    # closed (None: any may be): waits for their commits in flight
+    # (router.batch_end.BatchEnd.wait), so that no partition is closed mid-commit.
+    before_change: Callable[[set[PartitionKey] | None], None] = lambda closing: None
     # Called after partitions were taken over: recovering is progress (router.watchdog).
     on_takeover: Callable[[], None] = lambda: None
     # Partitions an orderly rebalance revoked, kept whole (decision state, store, producer)
@@ -54,9 +55,9 @@ class Assignment:
     parked: dict[PartitionKey, Owned] = field(default_factory=dict)
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.before_change()
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
+        self.before_change(set(self.parked) - set(keys))   # the parked ones that moved
         kept = [k for k in keys if k in self.parked]
         for key in kept:
             self.owned[key] = self.parked.pop(key)
@@ -87,13 +88,19 @@ class Assignment:
         transactional producer, which fences this worker's; the parked producer's next commit
         then fails and the worker rebuilds and takes the partition over properly (nothing it
         wrote after the fence is ever committed). Without transactions nothing fences, so
-        revoked partitions are given up and taken over again."""
-        self.before_change()
+        revoked partitions are given up and taken over again.
+
+        A parked partition's commit may still be in flight: it is not waited for here (a
+        commit waiting on a frozen broker would hold the worker's rejoin, and with it the
+        whole group's rebalance), but settled once the partition is given back, or, if it
+        moved, waited for before the partition is closed (:meth:`on_assign`)."""
         keys = {(self.topic_route[tp.topic].settings.name, tp.partition)
                 for tp in partitions if tp.topic in self.topic_route}
         if self.txn is None:
+            self.before_change(None)
             self.drop(keys)
             return
+        self.before_change(set())
         for key in keys:
             owned = self.owned.pop(key, None)
             if owned is not None:
@@ -114,10 +121,19 @@ class Assignment:
         if self.txn is not None:
             self.on_revoke(consumer, partitions)
             return
-        self.before_change()
+        self.before_change(None)
         self.drop({(self.topic_route[tp.topic].settings.name, tp.partition)
                    for tp in partitions if tp.topic in self.topic_route})
         self._close(self.parked)
+
+    def park_all(self) -> None:
+        """Park every owned partition whole (the consumer alone is being rebuilt, with
+        transactions: the same reasons as :meth:`on_revoke`); the new consumer's first
+        assignment keeps those given back and closes the others."""
+        assert self.txn is not None
+        self.parked.update(self.owned)
+        self.owned.clear()
+        self._index()
 
     def drop(self, keys: set[PartitionKey], discard: bool = False) -> None:
         """Give partitions up: close their stores and producers (``discard``: purged, not

@@ -18,8 +18,10 @@ delivery wait and the commit are round trips that the worker otherwise sat out. 
 per partition: a partition whose commit is still in flight after ``SETTLE_WAIT_S`` (its
 transaction coordinator or its output's leader is slow, frozen or gone) stays in flight, and
 the data path sets it aside (router.datapath: its records are read again once it settles)
-while the other partitions go on. The rebalance callbacks wait for every commit first
-(:meth:`BatchEnd.wait`), so no partition changes hands mid-commit; a partition whose commit
+while the other partitions go on. A rebalance waits only for the commits of the partitions it
+closes (:meth:`BatchEnd.wait`): with transactions a revoked partition is parked with its commit
+in flight, and settled once the group gives it back (a commit stuck on a frozen broker then
+holds that partition only, not the worker's rejoin); a partition whose commit
 failed (or whose output did not land where it should) is taken over again after the consume,
 and the records consumed for it are dropped (:class:`Stale`): they are read again from its
 checkpoint.
@@ -41,6 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
+from functools import partial
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
@@ -123,7 +126,11 @@ class BatchEnd:
     worker_id: str
     clock: PollClock
     consumer: Callable[[], Consumer]
+    consumer_failed: Callable[[], bool]   # the consumer reported a fatal error
     recover: Callable[[Failed], Stale]
+    # Partitions a rebalance revoked and the next assignment has not placed yet (the
+    # assignment's own, shared: router.assignment.Assignment.parked).
+    parked: dict[PartitionKey, Owned]
     _last_purge: float = field(default_factory=time.monotonic)
     # Partitions of batches written and not settled yet: no later batch writes them, and the
     # data path decides none of their records, until they are (:meth:`settle`).
@@ -155,7 +162,8 @@ class BatchEnd:
             keys = self._transaction_keys()
             got = write_batch(self.txn, self.ckpt_topic, ckpts, keys,
                               bool(writer.queue), lambda: self._send(self.txn, checked),
-                              max(self.clock.left(0.9), 1.0), self.flush_store)
+                              max(self.clock.left(0.9), 1.0),
+                              partial(flush_store, dict(self.owned)))
             writer.queue.clear()
             if isinstance(got, Commits):  # settled after the next consume (:meth:`settle`)
                 written = {(o.route.settings.name, o.partition) for o in got.written}
@@ -180,12 +188,13 @@ class BatchEnd:
         touch (an unsettled one's bookkeeping belongs to its commit thread)."""
         return [o for k, o in self.owned.items() if k not in self.in_flight]
 
-    def wait(self) -> None:
-        """Wait for every commit in flight; :meth:`settle` then settles them. Called before the
-        group gives or takes partitions (in the rebalance callbacks, where a partition cannot
-        be taken over again or the group rejoined), so that no partition changes hands
-        mid-commit."""
-        wait_futures([f.commit for f in self.in_flight.values() if f.commit is not None])
+    def wait(self, keys: set[PartitionKey] | None = None) -> None:
+        """Wait for the commits in flight of ``keys`` (None: every one); :meth:`settle` then
+        settles them. Called before the group gives or takes partitions (in the rebalance
+        callbacks, where a partition cannot be taken over again or the group rejoined), so
+        that no partition is closed mid-commit."""
+        wait_futures([f.commit for k, f in self.in_flight.items()
+                      if f.commit is not None and (keys is None or k in keys)])
 
     def abandon(self) -> None:
         """Wait for the commits in flight and forget them (the worker is rebuilding its
@@ -204,8 +213,10 @@ class BatchEnd:
         pending = [f.commit for f in self.in_flight.values() if f.commit is not None]
         if pending:
             wait_futures(pending, timeout=wait_s)
+        # a parked partition's commit is settled once the group says whether it stays (it is
+        # this worker's again, or closed once its commit is done: router.assignment)
         done = {k: f for k, f in self.in_flight.items()
-                if f.commit is None or f.commit.done()}
+                if (f.commit is None or f.commit.done()) and self.parked.get(k) is not f.owned}
         for key in done:
             del self.in_flight[key]
         failed = Failed(set(), set())
@@ -224,8 +235,10 @@ class BatchEnd:
     def _settle(self, done: dict[PartitionKey, InFlight], failed: Failed) -> Stale:
         # A partition given up since (a rebalance moved it, or the worker rejoined) is no
         # longer this worker's to replay: only those still owned are taken over again.
+        # A fenced commit of a partition given up since is the fencing doing its work: the
+        # partition's new owner started its producer; nothing of this worker's is affected.
         mine = {k for k, f in done.items() if self.owned.get(k) is f.owned}
-        failed = Failed(failed.aborted & mine, failed.fenced)
+        failed = Failed(failed.aborted & mine, failed.fenced & mine)
         stale = self.recover(failed) if failed.aborted or failed.fenced else NOTHING_STALE
         commits: list[TopicPartition] = []
         for key, f in done.items():
@@ -233,7 +246,7 @@ class BatchEnd:
             if key in failed.aborted or self.owned.get(key) is not owned:
                 continue  # taken over again (aborted), or given up since
             if self.txn is None:  # with transactions: flushed once committed (write_batch)
-                self.flush_store(key)
+                flush_store(self.owned, key)
             owned.durability.batch_done()
             commits.extend(TopicPartition(t, owned.partition, o) for t, o in f.offsets.items())
         if commits:
@@ -245,17 +258,14 @@ class BatchEnd:
             self._purge()
         return stale
 
-    def flush_store(self, key: PartitionKey) -> None:
-        """Make the partition's dedup store durable up to this batch: the identities of its
-        delivered records and the checkpoint's seq. With transactions this runs in the
-        partition's commit thread, after its commit (every commit is waited for before the next
-        batch's records are decided: :meth:`settle`)."""
-        owned = self.owned[key]
-        owned.store.put_meta("seq", str(owned.durability.seq).encode())
-        owned.store.flush()
-
     def check_ownership(self, after_write: bool = False) -> None:
-        """Refuse to write for partitions this worker may no longer own (router.ownership)."""
+        """Refuse to write for partitions this worker may no longer own (router.ownership).
+        With transactions, not once the consumer failed fatally in this batch: its assignment
+        then says nothing (the client dropped it), and what guards the partitions is the
+        fencing of their producers by any newer owner, as for a parked partition
+        (router.assignment); the worker rebuilds its consumer right after the batch."""
+        if self.txn is not None and self.consumer_failed():
+            return
         assigned = {(tp.topic, tp.partition) for tp in self.consumer().assignment()}
         check_ownership(list(self.owned), {r: rt.settings.inputs for r, rt in self.routes.items()},
                         assigned, self.clock.since_poll(), self.clock.max_poll_s,
@@ -313,3 +323,14 @@ class BatchEnd:
             h = owned.router.horizon
             if h is not None:
                 owned.store.purge(h - owned.route.settings.dedup.retention_ms)
+
+
+def flush_store(owners: dict[PartitionKey, Owned], key: PartitionKey) -> None:
+    """Make the partition's dedup store durable up to this batch: the identities of its
+    delivered records and the checkpoint's seq. With transactions this runs in the
+    partition's commit thread, after its commit, on the partition as the batch knew it
+    (``owners``: a copy taken when the batch was written; the partition may be parked by a
+    rebalance by then: router.assignment)."""
+    owned = owners[key]
+    owned.store.put_meta("seq", str(owned.durability.seq).encode())
+    owned.store.flush()

@@ -67,6 +67,7 @@ from router.durability import Headers, Ref
 from router.errors import (
     ConsumerFailed,
     OutputWriteFailed,
+    OwnershipLost,
     ProducerFenced,
     RouterConfigError,
     RouterError,
@@ -146,6 +147,9 @@ class DataPath:
         # and the raw partitions paused for them (:meth:`_set_aside`).
         self._aside: set[PartitionKey] = set()
         self._ends_retry: dict[PartitionKey, float] = {}
+        # Partitions whose output end went unanswered, until it is answered again: their
+        # producer's leaders are refreshed then (:meth:`_check_output_ends`).
+        self._leader_suspect: set[PartitionKey] = set()
         self._paused: set[tuple[str, int]] = set()
         # Consumed records of set-aside partitions, per raw partition, in order.
         self._kept_back: dict[tuple[str, int], list[Message]] = {}
@@ -202,7 +206,9 @@ class DataPath:
                                  self.store_memory)
         self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
                              self.ckpt_topic, self.worker_id, self.clock,
-                             self._current_consumer, self._recover)
+                             self._current_consumer,
+                             lambda: self._consumer_fatal is not None, self._recover,
+                             self._parts.parked)
         self._parts.before_change = self._before_change
         self._parts.on_takeover = self._note_takeover
         self._join()
@@ -220,7 +226,8 @@ class DataPath:
                 except (RouterConfigError, RebuildsExhausted):
                     raise
                 except (KafkaException, RouterError) as exc:
-                    self._rebuild(_reason(exc))
+                    self._rebuild(_reason(exc), keep_partitions=isinstance(
+                        exc, ConsumerFailed) and self._txn is not None)
         finally:
             self._shutdown()
 
@@ -250,13 +257,14 @@ class DataPath:
         else:
             log.warning("consumer: %s", err.str())
 
-    def _before_change(self) -> None:
-        """Before the group gives or takes partitions (the rebalance callbacks): the last
-        batches' commits are waited for, and set-aside partitions are resumed while still
-        assigned and their kept-back records dropped (the new assignment positions every
-        partition at its resume offsets, and reads them again)."""
+    def _before_change(self, closing: set[PartitionKey] | None) -> None:
+        """Before the group gives or takes partitions (the rebalance callbacks): the commits
+        of the partitions about to be closed are waited for (``closing``; None: every
+        partition's), and set-aside partitions are resumed while still assigned and their
+        kept-back records dropped (the new assignment positions every partition at its resume
+        offsets, and reads them again)."""
         assert self._end is not None
-        self._end.wait()
+        self._end.wait(closing)
         self._resume_set_aside(set(self._paused))
         self._kept_back.clear()
 
@@ -295,25 +303,39 @@ class DataPath:
 
     # -- rebuilding the clients -------------------------------------------------------------
 
-    def _rebuild(self, why: str) -> None:
+    def _rebuild(self, why: str, keep_partitions: bool = False) -> None:
         """Rebuild the data consumer and the partitions' producers and rejoin the group, as a
         restarted process would, without the restart: the last batch's commits are waited
         for, every partition is given up (stores closed, producers purged), the old consumer
         is closed (at most ``CLOSE_WAIT_S``; its callbacks no longer reach this worker) and a
         new one joins. Partitions taken back resume from their checkpoints; what the dropped
         batch had decided is read and decided again. Raises :class:`RebuildsExhausted` after
-        ``max_rebuilds`` in a row without progress."""
+        ``max_rebuilds`` in a row without progress.
+
+        ``keep_partitions`` (the consumer alone failed, with transactions):
+        only the consumer is rebuilt. The partitions are parked whole, their producers and
+        commits in flight included, as a rebalance parks them (router.assignment), and those
+        the group gives back go on without a takeover. A session lost while the group
+        coordinator moved ends this way (the client's next heartbeat is refused as a fenced
+        static member), and every partition of every worker would otherwise be taken over
+        again."""
         assert self._parts is not None and self._writer is not None
         delay = self._rebuilds.spend(why)
-        log.error("%s; rebuilding the data consumer and the partitions' producers and "
-                  "rejoining the group (partitions resume from their checkpoints)", why)
-        if self._end is not None:
-            self._end.abandon()
+        if keep_partitions:
+            log.error("%s; rebuilding the data consumer and rejoining the group (partitions "
+                      "kept until the group says whether they stay)", why)
+            self._parts.park_all()
+        else:
+            log.error("%s; rebuilding the data consumer and the partitions' producers and "
+                      "rejoining the group (partitions resume from their checkpoints)", why)
+            if self._end is not None:
+                self._end.abandon()
+            self._parts.drop_all(discard=True)
         old, self._consumer = self._consumer, None
-        self._parts.drop_all(discard=True)
         self._writer.reset()
         self._consumer_fatal = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
+        self._leader_suspect = set()
         self._kept_back.clear()
         if old is not None:
             _close_in_background(old)
@@ -399,6 +421,9 @@ class DataPath:
                 self.board.changed = True
                 self._note_latency(msgs)
             del msgs
+        if self._consumer_fatal is not None:   # met among the batch's records
+            err, self._consumer_fatal = self._consumer_fatal, None
+            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
         if time.monotonic() - self._lag_noted >= LAG_EVERY_S:
             self._note_lag()
         self.board.tick()
@@ -469,9 +494,23 @@ class DataPath:
         router.output_writer). A partition whose end is not answered is set aside for
         ``ENDS_RETRY_S``, and asked again then, of its new leader if Kafka has elected one."""
         assert self._end is not None and self._writer is not None
-        self._end.check_ownership()
+        try:
+            self._end.check_ownership()
+        except OwnershipLost as exc:
+            # Nothing of the batch is decided yet: the consumer alone is rebuilt, the
+            # partitions kept (:meth:`_rebuild`). A fatal consumer error takes the assignment
+            # away before the client reports it.
+            raise ConsumerFailed(str(exc)) from None
         parts = [o for k, o in self.owned.items() if k not in self._aside]
         unanswered = self._writer.fence_foreign_writes(parts, every=True)
+        back = {(o.route.settings.name, o.partition) for o in parts} & self._leader_suspect
+        back -= unanswered
+        if back and self._txn is not None:
+            # Answered again, by the new leader once Kafka moved it: the partition's producer
+            # learns it now. Its own metadata would otherwise send the next batch to the old
+            # leader, and learn of the move only when that request times out.
+            self._txn.refresh_leaders(back, self.settings.request_timeout_s)
+        self._leader_suspect = (self._leader_suspect - back) | unanswered
         if not unanswered:
             return msgs
         log.warning("partitions %s: the output's end was not answered within %.1fs; set aside "
@@ -655,9 +694,15 @@ class DataPath:
                 owned.router.counters.reread += n
 
     def _consumer_error(self, msg: Message) -> None:
+        """An error the consumer returned among a batch's records. A fatal one is raised
+        once the batch ended (:meth:`step`), not in the middle of it: the records consumed
+        before it are valid and the batch ends as any other, so a rebuild of the consumer
+        alone can keep the partitions (:meth:`_rebuild`)."""
         err = msg.error()
         if err.fatal() or err.code() == KafkaError._FATAL:
-            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
+            if self._consumer_fatal is None:
+                self._consumer_fatal = err
+            return
         if err.code() != KafkaError._PARTITION_EOF:
             log.warning("consumer: %s", err.str())
 

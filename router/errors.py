@@ -48,7 +48,9 @@ class FailpointHit(RouterError):
 
 class ConsumerFailed(RouterError):
     """The data consumer hit an error it cannot go on from (a fatal error, such as a static
-    member fenced after the group coordinator moved): the worker rebuilds it and rejoins."""
+    member fenced after the group coordinator moved): the worker rebuilds it and rejoins.
+    Raised between batches (no batch is half written), so with transactions the partitions
+    are kept through the rebuild (router.datapath)."""
 
 
 class WorkerStalled(RouterError):

@@ -255,13 +255,18 @@ def end_offsets_each(consumer: Consumer, tps: list[TopicPartition], attempt_s: f
                      ) -> tuple[dict[tuple[str, int], int], list[TopicPartition]]:
     """The ends of ``tps`` that their leaders give within ``attempt_s``, and the partitions
     whose leader did not answer. Asked together first (one ListOffsets per leader); if that
-    fails, each partition on its own, in parallel, so that a dead or frozen leader holds back
-    only its own partitions. The client's metadata of the topics left unanswered is refreshed,
-    so that the next ask goes to their new leaders once Kafka has elected them."""
+    fails, the client's metadata of the topics is refreshed (a leader that stopped answering
+    may have been replaced already: its requests go to the new one), then each partition is
+    asked on its own, in parallel, so that a dead or frozen leader holds back only its own
+    partitions. The metadata of the topics left unanswered is refreshed again, so that the
+    next ask goes to their new leaders once Kafka has elected them."""
     if not tps:
         return {}, []
     with contextlib.suppress(KafkaException):
         return end_offsets(consumer, tps, timeout=attempt_s, attempt_s=attempt_s), []
+    for topic in sorted({tp.topic for tp in tps}):
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(topic, timeout=attempt_s)
 
     def one(tp: TopicPartition) -> dict[tuple[str, int], int]:
         try:

@@ -266,7 +266,7 @@ class OutputWriter:
                 dur.note_foreign(src, msg.offset(), resume)
         # Their identities are written now (the next checkpoint may read back from past them),
         # apart from the open batch's, which stay buffered until it is delivered
-        # (router.batch_end.BatchEnd.flush_store). Written with them, the store held
+        # (router.batch_end.flush_store). Written with them, the store held
         # identities of records never forwarded after an abort or a crash before delivery; it
         # is trusted one checkpoint behind (router.takeover), so their replay found them and
         # suppressed them as duplicates.

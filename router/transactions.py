@@ -185,6 +185,27 @@ class PartitionTransactions:
         self.drop(list(self.producers))
         self.pool.shutdown()
 
+    def refresh_leaders(self, keys: Iterable[PartitionKey], timeout_s: float) -> None:
+        """Have the producers of ``keys`` ask for the leaders of the topics they write (a
+        metadata request each): after a broker froze or died, a producer whose requests did
+        not time out yet still holds its old leaders."""
+        def refresh(key: PartitionKey) -> None:
+            producer = self.producers.get(key)
+            for topic in sorted(t for t, r in self.route_of.items() if r == key[0]):
+                if producer is None:
+                    return
+                try:
+                    producer.list_topics(topic, timeout=timeout_s)
+                except KafkaException as exc:   # asked of the frozen broker, maybe
+                    log.info("partition %s/%d: leaders of %s not refreshed (%s)", key[0], key[1],
+                             topic, exc)
+                    return
+
+        todo = sorted(keys)
+        with ThreadPoolExecutor(min(len(todo), START_THREADS) or 1,
+                                thread_name_prefix="txn-leaders") as pool:
+            list(pool.map(refresh, todo))
+
     # -- one batch --------------------------------------------------------------------------
 
     def producer_of(self, topic: str, partition: int) -> Producer:

@@ -707,6 +707,14 @@ class DataPath:
             log.warning("consumer: %s", err.str())
 
     def _apply_everywhere(self, plan: CutoverPlan) -> None:
+        """Apply a plan to every partition of its route this worker has: at once, or once
+        the partition is clear (set aside, rewinding, or parked by a rebalance or a rebuild
+        of the consumer: a parked partition the group gives back decides with every plan
+        accepted meanwhile, as a partition taken over reads them from the plan book)."""
+        assert self._parts is not None
+        for owned in self._parts.parked.values():
+            if owned.route.settings.name == plan.route:
+                owned.bound.pending.append(plan)
         for key, owned in self.owned.items():
             if owned.route.settings.name != plan.route:
                 continue

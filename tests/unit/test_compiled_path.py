@@ -133,7 +133,7 @@ def _world(root: Path, *, ordered: bool, max_held: int, identity: str,
         dp.owned[("r", p)] = owned
         for topic in RAW:
             by_tp[(topic, p)] = owned
-    dp._parts = SimpleNamespace(by_tp=by_tp)  # type: ignore[assignment]
+    dp._parts = SimpleNamespace(by_tp=by_tp, parked={})  # type: ignore[assignment]
     dp._writer = writer
     dp._consumer = Seeks()  # type: ignore[assignment]
     if stream:  # a transactional batch's streams, without the transaction's checks

@@ -163,7 +163,7 @@ class BatchEnd:
             got = write_batch(self.txn, self.ckpt_topic, ckpts, keys,
                               bool(writer.queue), lambda: self._send(self.txn, checked),
                               max(self.clock.left(0.9), 1.0),
-                              partial(flush_store, dict(self.owned)))
+                              partial(flush_store, {k: self.owned[k] for k in keys}))
             writer.queue.clear()
             if isinstance(got, Commits):  # settled after the next consume (:meth:`settle`)
                 written = {(o.route.settings.name, o.partition) for o in got.written}

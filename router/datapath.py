@@ -389,9 +389,7 @@ class DataPath:
         self._took_over = False
         msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
-        if self._consumer_fatal is not None:
-            err, self._consumer_fatal = self._consumer_fatal, None
-            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
+        self._raise_if_consumer_failed()
         progressed = bool(msgs) or self._took_over
         with batch_gc_pause():
             assert self._end is not None
@@ -421,9 +419,7 @@ class DataPath:
                 self.board.changed = True
                 self._note_latency(msgs)
             del msgs
-        if self._consumer_fatal is not None:   # met among the batch's records
-            err, self._consumer_fatal = self._consumer_fatal, None
-            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
+        self._raise_if_consumer_failed()   # met among the batch's records
         if time.monotonic() - self._lag_noted >= LAG_EVERY_S:
             self._note_lag()
         self.board.tick()
@@ -692,6 +688,13 @@ class DataPath:
             owned = self._parts.by_tp.get(tp)
             if owned is not None:
                 owned.router.counters.reread += n
+
+    def _raise_if_consumer_failed(self) -> None:
+        """Raise :class:`ConsumerFailed` for a fatal consumer error reported since the last
+        check (by the error callback or among a batch's records), between batches."""
+        if self._consumer_fatal is not None:
+            err, self._consumer_fatal = self._consumer_fatal, None
+            raise ConsumerFailed(f"the data consumer failed ({err.str()})")
 
     def _consumer_error(self, msg: Message) -> None:
         """An error the consumer returned among a batch's records. A fatal one is raised

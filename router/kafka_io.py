@@ -264,9 +264,7 @@ def end_offsets_each(consumer: Consumer, tps: list[TopicPartition], attempt_s: f
         return {}, []
     with contextlib.suppress(KafkaException):
         return end_offsets(consumer, tps, timeout=attempt_s, attempt_s=attempt_s), []
-    for topic in sorted({tp.topic for tp in tps}):
-        with contextlib.suppress(KafkaException):
-            consumer.list_topics(topic, timeout=attempt_s)
+    _refresh_metadata(consumer, tps, attempt_s)
 
     def one(tp: TopicPartition) -> dict[tuple[str, int], int]:
         try:
@@ -279,10 +277,16 @@ def end_offsets_each(consumer: Consumer, tps: list[TopicPartition], attempt_s: f
         for got in pool.map(one, tps):
             ends.update(got)
     unanswered = [tp for tp in tps if (tp.topic, tp.partition) not in ends]
-    for topic in sorted({tp.topic for tp in unanswered}):
-        with contextlib.suppress(KafkaException):
-            consumer.list_topics(topic, timeout=attempt_s)
+    _refresh_metadata(consumer, unanswered, attempt_s)
     return ends, unanswered
+
+
+def _refresh_metadata(consumer: Consumer, tps: list[TopicPartition], timeout: float) -> None:
+    """Ask for the metadata of the topics of ``tps`` (their leaders), each at most
+    ``timeout``; a topic not answered keeps what the client knew."""
+    for topic in sorted({tp.topic for tp in tps}):
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(topic, timeout=timeout)
 
 
 def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:

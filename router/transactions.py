@@ -191,9 +191,9 @@ class PartitionTransactions:
         not time out yet still holds its old leaders."""
         def refresh(key: PartitionKey) -> None:
             producer = self.producers.get(key)
+            if producer is None:
+                return
             for topic in sorted(t for t, r in self.route_of.items() if r == key[0]):
-                if producer is None:
-                    return
                 try:
                     producer.list_topics(topic, timeout=timeout_s)
                 except KafkaException as exc:   # asked of the frozen broker, maybe

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from functools import partial
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
@@ -101,6 +101,28 @@ NOTHING_STALE = Stale()
 
 
 @dataclass
+class StoreFlush:
+    """The store flush of a batch's partitions, each run by its commit thread once it
+    committed (:func:`flush_store`), on the partitions as the batch knew them (``owners``: a
+    copy taken when the batch was written; a partition may be parked by a rebalance by then:
+    router.assignment). A partition whose commit was given up as stuck is not flushed: once
+    :meth:`abandon` returns, no flush of it runs or will run, so its store may be closed."""
+
+    owners: dict[PartitionKey, Owned]
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _abandoned: set[PartitionKey] = field(default_factory=set)
+
+    def __call__(self, key: PartitionKey) -> None:
+        with self._lock:
+            if key not in self._abandoned:
+                flush_store(self.owners, key)
+
+    def abandon(self, key: PartitionKey) -> None:
+        with self._lock:
+            self._abandoned.add(key)
+
+
+@dataclass
 class InFlight:
     """One partition's share of a batch written and not settled yet: its commit in flight
     (``commit``; None without transactions, where the batch is settled at once)."""
@@ -109,6 +131,8 @@ class InFlight:
     offsets: dict[str, int]      # its resume offsets, committed to the group once settled
     commit: Future[RouterError | None] | None
     written: bool                # the batch wrote its output partition
+    issued: float = 0.0          # time.monotonic() when its commit was issued
+    flush: StoreFlush | None = None   # its store flush, run by its commit thread
 
 
 @dataclass
@@ -131,6 +155,8 @@ class BatchEnd:
     # Partitions a rebalance revoked and the next assignment has not placed yet (the
     # assignment's own, shared: router.assignment.Assignment.parked).
     parked: dict[PartitionKey, Owned]
+    # A commit in flight this long is given up as stuck (the commit_stuck_s setting).
+    stuck_s: float
     _last_purge: float = field(default_factory=time.monotonic)
     # Partitions of batches written and not settled yet: no later batch writes them, and the
     # data path decides none of their records, until they are (:meth:`settle`).
@@ -160,23 +186,25 @@ class BatchEnd:
         by_key = {(o.route.settings.name, o.partition): o for o in dirty}
         if self.txn is not None:
             keys = self._transaction_keys()
+            flush = StoreFlush({k: self.owned[k] for k in keys})
             got = write_batch(self.txn, self.ckpt_topic, ckpts, keys,
                               bool(writer.queue), lambda: self._send(self.txn, checked),
-                              max(self.clock.left(0.9), 1.0),
-                              partial(flush_store, {k: self.owned[k] for k in keys}))
+                              max(self.clock.left(0.9), 1.0), flush)
             writer.queue.clear()
             if isinstance(got, Commits):  # settled after the next consume (:meth:`settle`)
                 written = {(o.route.settings.name, o.partition) for o in got.written}
+                issued = time.monotonic()
                 for key, commit in zip(got.order, got.futures, strict=True):
-                    self.in_flight[key] = InFlight(self.owned[key], offsets.get(key, {}),
-                                                   commit, key in written)
+                    self.in_flight[key] = InFlight(
+                        owned=self.owned[key], offsets=offsets.get(key, {}), commit=commit,
+                        written=key in written, issued=issued, flush=flush)
             else:
-                self._settle({k: InFlight(self.owned[k], offsets.get(k, {}), None, False)
-                              for k in keys}, got)
+                self._settle({k: InFlight(owned=self.owned[k], offsets=offsets.get(k, {}),
+                                          commit=None, written=False) for k in keys}, got)
         else:
             self._write_checkpoint_first(ckpts)
-            self._settle({k: InFlight(o, offsets[k], None, False) for k, o in by_key.items()},
-                         Failed(set(), set()))
+            self._settle({k: InFlight(owned=o, offsets=offsets[k], commit=None, written=False)
+                          for k, o in by_key.items()}, Failed(set(), set()))
         return pending_out > 0
 
     def unsettled(self) -> set[PartitionKey]:
@@ -208,8 +236,10 @@ class BatchEnd:
         others (which stay in flight: :meth:`unsettled`): take aborted partitions over again
         (or rejoin, if fenced: :class:`router.errors.ProducerFenced` is raised), mark what was
         delivered, commit the resume offsets to the group, purge old identities now and then.
-        Returns the records the next batch must not decide (consumed before a partition was
-        taken over again: read again from its checkpoint)."""
+        A commit in flight for longer than ``stuck_s`` is given up and its partition taken over
+        again as an aborted one (:meth:`_give_up_stuck`). Returns the records the next batch
+        must not decide (consumed before a partition was taken over again: read again from
+        its checkpoint)."""
         pending = [f.commit for f in self.in_flight.values() if f.commit is not None]
         if pending:
             wait_futures(pending, timeout=wait_s)
@@ -219,7 +249,8 @@ class BatchEnd:
                 if (f.commit is None or f.commit.done()) and self.parked.get(k) is not f.owned}
         for key in done:
             del self.in_flight[key]
-        failed = Failed(set(), set())
+        stuck = self._give_up_stuck()
+        failed = Failed(set(stuck), set())
         for key, f in done.items():
             error = None if f.commit is None else f.commit.result()
             if isinstance(error, BatchAborted):
@@ -230,7 +261,36 @@ class BatchEnd:
                 failed.fenced.add(key)
             elif f.written:
                 f.owned.durability.committed()
-        return self._settle(done, failed)
+        return self._settle(done | stuck, failed)
+
+    def _give_up_stuck(self) -> dict[PartitionKey, InFlight]:
+        """Take the partitions whose commit has been in flight for longer than ``stuck_s`` out
+        of flight, to be taken over again from their checkpoints. A producer whose transaction
+        coordinator or output leader froze or died may keep waiting on that broker long after
+        Kafka moved them (until its request times out, and again if it asked before the move,
+        or until the broker comes back). The partition gets a new producer
+        (router.transactions.PartitionTransactions.replace), whose start aborts the stuck
+        transaction and fences the old producer: the old commit can no longer land after the
+        takeover reads the checkpoint and the output back, and if it landed before, the takeover
+        reads it. Its commit thread's store flush is called off first (:class:`StoreFlush`),
+        so the takeover may close the store. Parked partitions wait for the group
+        (router.assignment)."""
+        if self.txn is None:
+            return {}
+        now = time.monotonic()
+        stuck = {k: f for k, f in self.in_flight.items()
+                 if f.commit is not None and not f.commit.done() and f.flush is not None
+                 and now - f.issued > self.stuck_s and self.owned.get(k) is f.owned}
+        for key, f in stuck.items():
+            del self.in_flight[key]
+            assert f.flush is not None
+            f.flush.abandon(key)
+            self.txn.replace(key)
+            log.warning("partition %s/%d: its commit is still in flight after %.1fs (a broker "
+                        "that froze or died); given up: a new producer aborts it, and the "
+                        "partition is replayed from its checkpoint", key[0], key[1],
+                        now - f.issued)
+        return stuck
 
     def _settle(self, done: dict[PartitionKey, InFlight], failed: Failed) -> Stale:
         # A partition given up since (a rebalance moved it, or the worker rejoined) is no

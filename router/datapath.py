@@ -204,11 +204,13 @@ class DataPath:
         self._parts = Assignment(self.settings, self.routes, self.topic_route, self.book.plans,
                                  self.ckpt_topic, self._txn, self.board, self.owned,
                                  self.store_memory)
-        self._end = BatchEnd(self.owned, self.routes, self._writer, self._producer, self._txn,
-                             self.ckpt_topic, self.worker_id, self.clock,
-                             self._current_consumer,
-                             lambda: self._consumer_fatal is not None, self._recover,
-                             self._parts.parked)
+        self._end = BatchEnd(owned=self.owned, routes=self.routes, writer=self._writer,
+                             producer=self._producer, txn=self._txn,
+                             ckpt_topic=self.ckpt_topic, worker_id=self.worker_id,
+                             clock=self.clock, consumer=self._current_consumer,
+                             consumer_failed=lambda: self._consumer_fatal is not None,
+                             recover=self._recover, parked=self._parts.parked,
+                             stuck_s=self.settings.commit_stuck_s)
         self._parts.before_change = self._before_change
         self._parts.on_takeover = self._note_takeover
         self._join()

@@ -60,7 +60,10 @@ PartitionKey = tuple[str, int]   # (route, raw partition)
 # A commit that times out is asked again (it goes on in the background) for at most this long.
 COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
-COMMIT_THREADS = 8
+# Commits run in a thread each: the owned partitions' at once, and a commit given up as stuck
+# (:meth:`PartitionTransactions.replace`) keeps its thread until its broker answers or its
+# retries run out, so the pool has room beside them.
+COMMIT_THREADS = 32
 START_THREADS = 64   # producers started at once on a takeover
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
 COMMIT_FAILPOINT_SLOW_S = 2.5   # ... and the ``txn-commit-fails-slowly`` one's
@@ -185,6 +188,17 @@ class PartitionTransactions:
         self.drop(list(self.producers))
         self.pool.shutdown()
 
+    def replace(self, key: PartitionKey) -> None:
+        """Give up the partition's producer while its commit is still in flight (stuck on a
+        broker Kafka has fenced, frozen or gone): the next :meth:`take` of ``key`` starts a new
+        producer with the same ``transactional.id``, whose ``init_transactions`` aborts the
+        stuck transaction and fences the old producer, whatever its commit thread does when its
+        broker answers (router.batch_end). The old producer is not purged or closed here: its
+        commit thread still holds it, and a call on it from this thread would conflict with
+        the commit in progress."""
+        self.open.discard(key)
+        self.producers.pop(key, None)
+
     def refresh_leaders(self, keys: Iterable[PartitionKey], timeout_s: float) -> None:
         """Have the producers of ``keys`` ask for the leaders of the topics they write (a
         metadata request each): after a broker froze or died, a producer whose requests did
@@ -225,34 +239,42 @@ class PartitionTransactions:
         for key in keys:
             self.producers[key].flush(30)
 
-    def try_deliver(self, key: PartitionKey, sent: Sent, owned: Owned | None,
-                    timeout_s: float) -> RouterError | None:
+    def try_deliver(self, key: PartitionKey, producer: Producer, sent: Sent,
+                    owned: Owned | None, timeout_s: float) -> RouterError | None:
         """Wait for the partition's output of the batch and check it (router.output_writer
-        .Sent.check); abort the partition's transaction if it failed, and return why."""
+        .Sent.check); abort the partition's transaction if it failed, and return why.
+        ``producer``: the one the batch's transaction began on (the partition may have a new
+        one by now: :meth:`replace`)."""
         try:
-            sent.check(owned, self.producers[key], timeout_s)
+            sent.check(owned, producer, timeout_s)
             raise_at("txn-after-send")
         except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
             message = f"partition {key[0]}/{key[1]}: {exc}; the batch was aborted"
-            if key in self.abort([key]):
+            if self._abort(key, producer):
                 return ProducerFenced(message)
             return BatchAborted(message)
         return None
 
-    def try_commit(self, key: PartitionKey) -> RouterError | None:
+    def try_commit(self, key: PartitionKey, producer: Producer) -> RouterError | None:
         """:meth:`commit`, its failure returned (the partitions commit in parallel: a
         commit is a round trip to the transaction coordinator, and the client releases the
         interpreter while it waits)."""
         try:
-            self.commit(key)
+            self.commit(key, producer)
         except (BatchAborted, ProducerFenced) as exc:
             return exc
         return None
 
-    def commit(self, key: PartitionKey) -> None:
-        """Commit one partition's transaction. A retriable error (a timeout) is asked again;
-        raise :class:`ProducerFenced` or :class:`BatchAborted` (after aborting) otherwise."""
-        producer = self.producers[key]
+    def _done(self, key: PartitionKey, producer: Producer) -> None:
+        """The partition's transaction on ``producer`` is over (unless the partition has a new
+        producer since, whose transaction is not this one)."""
+        if self.producers.get(key) is producer:
+            self.open.discard(key)
+
+    def commit(self, key: PartitionKey, producer: Producer) -> None:
+        """Commit one partition's transaction. A retriable error (a timeout) is asked again,
+        unless the partition's producer was replaced meanwhile (:meth:`replace`); raise
+        :class:`ProducerFenced` or :class:`BatchAborted` (after aborting) otherwise."""
         deadline = time.monotonic() + COMMIT_RETRY_S
         timeout = commit_timeout_s()
         if fire("txn-commit-stalls"):
@@ -265,18 +287,23 @@ class PartitionTransactions:
                 # a slow coordinator: the next consume returns; slowly, the data path sets the
                 # partition aside meanwhile
                 time.sleep(COMMIT_FAILPOINT_SLOW_S if slowly else COMMIT_FAILPOINT_S)
-                self.abort([key])
+                self._abort(key, producer)
                 raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed (failpoint "
                                    f"{ARMED}); the batch was aborted")
             try:
                 producer.commit_transaction(timeout)
-                self.open.discard(key)
+                self._done(key, producer)
                 return
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 if is_fenced(exc):
-                    self.open.discard(key)
+                    self._done(key, producer)
                     raise ProducerFenced(f"partition {key[0]}/{key[1]}: {err.str()}") from None
+                if self.producers.get(key) is not producer:
+                    # given up as stuck (:meth:`replace`): the new producer's start aborts
+                    # this transaction; asking again or aborting here would only wait
+                    raise BatchAborted(f"partition {key[0]}/{key[1]}: commit given up "
+                                       f"({err.str()})") from None
                 if err.retriable() and not err.txn_requires_abort() \
                         and time.monotonic() < deadline:
                     log.warning("partition %s/%d: commit did not complete (%s); asking again",
@@ -285,28 +312,30 @@ class PartitionTransactions:
                     # that never answers would hold the worker for good
                     timeout = max(deadline - time.monotonic(), 0.1)
                     continue
-                self.abort([key])
+                self._abort(key, producer)
                 raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed "
                                    f"({err.str()}); the batch was aborted") from None
 
     def abort(self, keys: Iterable[PartitionKey]) -> set[PartitionKey]:
         """Abort the open transactions of ``keys``; return those whose producer is fenced."""
-        fenced: set[PartitionKey] = set()
-        for key in keys:
-            self.open.discard(key)
-            producer = self.producers.get(key)
-            if producer is None:
-                continue
-            try:
-                producer.abort_transaction(INIT_TIMEOUT_S)
-            except KafkaException as exc:
-                err = exc.args[0]
-                if is_fenced(exc):
-                    fenced.add(key)
-                elif err.code() != KafkaError._STATE:  # _STATE: no transaction was open
-                    log.warning("partition %s/%d: abort: %s", key[0], key[1], err.str())
-                    fenced.add(key)  # state unknown: give the partition up, take it again
-        return fenced
+        return {key for key in keys
+                if (producer := self.producers.get(key)) is not None
+                and self._abort(key, producer)}
+
+    def _abort(self, key: PartitionKey, producer: Producer) -> bool:
+        """Abort the partition's transaction on ``producer``; True if that producer is fenced
+        (or its state unknown: the partition is given up and taken again)."""
+        self._done(key, producer)
+        try:
+            producer.abort_transaction(INIT_TIMEOUT_S)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if is_fenced(exc):
+                return True
+            if err.code() != KafkaError._STATE:  # _STATE: no transaction was open
+                log.warning("partition %s/%d: abort: %s", key[0], key[1], err.str())
+                return True
+        return False
 
 
 class Failed(NamedTuple):
@@ -349,18 +378,19 @@ def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpo
     written = {} if sent is None else \
         {(o.route.settings.name, o.partition): o for o in sent.writing}
 
-    def commit_then_settle(key: PartitionKey) -> RouterError | None:
-        error = None if sent is None else txn.try_deliver(key, sent, written.get(key),
+    def commit_then_settle(key: PartitionKey, producer: Producer) -> RouterError | None:
+        error = None if sent is None else txn.try_deliver(key, producer, sent, written.get(key),
                                                            timeout_s)
         if error is None:
-            error = txn.try_commit(key)
+            error = txn.try_commit(key, producer)
         if error is None:
             settle(key)
             if key in written and fire("exit-after-commit"):
                 os._exit(137)
         return error
 
-    return Commits(order, [txn.pool.submit(commit_then_settle, key) for key in order],
+    return Commits(order, [txn.pool.submit(commit_then_settle, key, txn.producers[key])
+                           for key in order],
                    list(written.values()))
 
 

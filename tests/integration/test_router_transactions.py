@@ -174,8 +174,10 @@ def test_a_commit_that_does_not_settle_holds_only_its_own_partition(
     env = Env(broker.bootstrap, tmp_path, partitions=2)
     assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
     arm = tmp_path / "arm"
-    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": "txn-commit-stalls",
-                                           "CUTOVER_FAILPOINT_ARM": str(arm)})
+    # the stalled commit settles by itself here, before it would be given up as stuck
+    router = RouterProcess(env, config=env.write_config(commit_stuck_s=60),
+                           extra_env={"CUTOVER_FAILPOINT": "txn-commit-stalls",
+                                      "CUTOVER_FAILPOINT_ARM": str(arm)})
 
     def per_partition() -> Counter[int]:
         return Counter(m.partition() for m in env.read(env.output))
@@ -203,6 +205,48 @@ def test_a_commit_that_does_not_settle_holds_only_its_own_partition(
             times = [int(dict(m.headers())["bg.event_time"]) for m in out if m.partition() == p]
             assert times == sorted(times), f"partition {p} is out of order"
         assert "set aside" in router.text(), router.tail(40)
+        router.assert_alive()
+        assert router.text().count("took over partitions") == 1, "the worker rejoined"
+    finally:
+        router.stop()
+
+
+def test_a_stuck_commit_is_given_up_and_its_partition_replayed_by_a_new_producer(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """One partition's commit waits ten seconds (its transaction coordinator does not
+    answer); past ``commit_stuck_s`` it is given up: the partition's new producer aborts the
+    stuck transaction and fences the old producer, and the partition is replayed from its
+    checkpoint, so its output comes back before the stalled commit would have returned. When
+    the old producer's commit is finally sent it is refused (fenced): every record is in the
+    output once, in order, and the worker did not rejoin its group."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    env = Env(broker.bootstrap, tmp_path, partitions=2)
+    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
+    arm = tmp_path / "arm"
+    router = RouterProcess(env, config=env.write_config(commit_stuck_s=2),
+                           extra_env={"CUTOVER_FAILPOINT": "txn-commit-stalls",
+                                      "CUTOVER_FAILPOINT_ARM": str(arm)})
+    try:
+        router.wait_started()
+        blue = Job(env, "blue")
+        blue.emit(events(0, 200))
+        env.wait_output(200)
+        arm.touch()
+        blue.emit(events(200, 400))       # one partition's commit of these stalls
+        env.wait_for("the stall", lambda: "failpoint txn-commit-stalls" in router.text(), 10)
+        stalled_at = time.monotonic()
+        blue.emit(events(400, 600))
+        env.wait_output(600, timeout=30)
+        # before the stalled commit was even sent (COMMIT_STALL_S after the stall began)
+        assert time.monotonic() - stalled_at < 9, "the stuck partition waited for its commit"
+        assert "given up: a new producer aborts it" in router.text(), router.tail(40)
+        out = check_output(env, events(0, 600), lambda p, t: "blue")
+        for p in range(2):
+            times = [int(dict(m.headers())["bg.event_time"]) for m in out if m.partition() == p]
+            assert times == sorted(times), f"partition {p} is out of order"
+        time.sleep(10)   # the old producer's commit is sent now, and refused
+        assert len(env.read(env.output)) == 600
         router.assert_alive()
         assert router.text().count("took over partitions") == 1, "the worker rejoined"
     finally:

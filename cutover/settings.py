@@ -89,8 +89,9 @@ class StoreMemorySettings(BaseModel):
         description="one RocksDB block cache shared by every dedup store of the worker")
     write_buffer_bytes: int = Field(
         default=64 * MIB, ge=MIB,
-        description="RocksDB memtables of every dedup store of the worker together; over it "
-                    "the largest are flushed")
+        description="RocksDB memtables of every dedup store of the worker together; past "
+                    "three quarters of it the worker flushes the largest, quiet stores' "
+                    "included, and writes never wait for it")
     filter_bytes: int = Field(
         default=128 * MIB, ge=MIB,
         description="front Bloom filters of every dedup store of the worker together; each "

@@ -136,6 +136,7 @@ class DedupStore:
         self.filters_rebuilt = False        # this open scanned the keys (no clean close)
         self._db = self._open()
         self._load_buckets()
+        self.memory.register(self)
 
     # -- opening --------------------------------------------------------------------------
 
@@ -412,6 +413,15 @@ class DedupStore:
         self._dropped.clear()
         if identities:
             self._grow_full()
+        self.memory.relieve()
+
+    def memtable_bytes(self) -> int:
+        """What the store's active memtable holds (router.store_memory.StoreMemory.relieve)."""
+        return self._db.property_int_value("rocksdb.cur-size-active-mem-table") or 0
+
+    def flush_memtable(self) -> None:
+        """Have RocksDB flush the store's memtable to disk, in the background."""
+        self._db.flush(False)
 
     def purge(self, before_event_time: int) -> int:
         """Forget the buckets that end at or below ``before_event_time`` (their identities are
@@ -455,6 +465,7 @@ class DedupStore:
             "sizes": [len(self._buckets[s].words) for s in starts], "starts": starts,
             "counts": [self._buckets[s].count for s in starts]}).encode())
         self._release_filters()
+        self.memory.unregister(self)
         self._db.close()
 
     def _release_filters(self) -> None:
@@ -469,6 +480,7 @@ class DedupStore:
         self._pending_meta.clear()
         self._release_filters()
         self._buckets.clear()
+        self.memory.unregister(self)
         self._db.close()
         shutil.rmtree(self.path, ignore_errors=True)
 

@@ -363,6 +363,14 @@ METRICS: dict[str, tuple[str, str]] = {
                                     "bytes (router.store_memory)"),
     "store_filter_budget_bytes": ("gauge", "the worker's budget for those filters "
                                            "(store_memory.filter_bytes), bytes"),
+    "store_block_cache_bytes": ("gauge", "the block cache the worker's dedup stores share "
+                                         "holds, bytes (at most store_memory."
+                                         "block_cache_bytes)"),
+    "store_write_buffer_bytes": ("gauge", "memtables of the worker's dedup stores together, "
+                                          "bytes (at most store_memory.write_buffer_bytes)"),
+    "store_memtable_flushes_total": ("counter", "memtables of the worker's dedup stores "
+                                                "flushed to keep them within store_memory."
+                                                "write_buffer_bytes together"),
     "store_filter_refusals_total": ("counter", "filter buckets given less than they asked for "
                                                "because the budget was spent: raise "
                                                "store_memory.filter_bytes"),

@@ -7,9 +7,14 @@ store of a worker shares:
 
 * one RocksDB block cache (``store_memory.block_cache_bytes``): data and index blocks of all
   the stores, the busy ones getting the room;
-* one RocksDB write-buffer manager (``store_memory.write_buffer_bytes``): when the memtables of
-  all the stores together pass it, RocksDB flushes the largest, so a store's memtable bound
-  (``dedup.write_buffer_bytes``) is a ceiling, not a reservation;
+* one RocksDB write-buffer manager (``store_memory.write_buffer_bytes``) for the memtables of
+  all the stores together, so a store's memtable bound (``dedup.write_buffer_bytes``) is a
+  ceiling, not a reservation. RocksDB's manager flushes only the store being written, and,
+  allowed to stall, it stalls that store's writers until the total drops: with the memory held
+  by stores that are not written (a quiet partition's memtable is flushed by nothing), that is
+  for good, a worker alive and idle. So the manager never stalls, and the worker flushes the
+  largest memtables of all its stores itself once they pass three quarters of the budget
+  (:meth:`StoreMemory.relieve`);
 * one budget for the front filters (``store_memory.filter_bytes``): a filter bucket is sized
   for the identities its store is seeing (router.dedup_filter.words_for) and takes its words
   from this budget; once the budget is spent a new or regrown bucket gets what is left (at
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rocksdict import Cache, WriteBufferManager
 
@@ -63,14 +69,58 @@ class FilterBudget:
             self.used = max(0, self.used - words)
 
 
+class Memtables(Protocol):
+    """A store whose memtable the worker may flush to stay within its budget
+    (router.dedup_store.DedupStore)."""
+
+    def memtable_bytes(self) -> int: ...
+
+    def flush_memtable(self) -> None: ...
+
+
 class StoreMemory:
     """What a worker's dedup stores share. Built once per worker (one per process)."""
 
     def __init__(self, settings: StoreMemorySettings | None = None) -> None:
         self.settings = settings = settings or StoreMemorySettings()
         self.block_cache = Cache(settings.block_cache_bytes)
-        self.write_buffers = WriteBufferManager(settings.write_buffer_bytes, True)
+        self.write_buffers = WriteBufferManager(settings.write_buffer_bytes, False)
         self.filters = FilterBudget(settings.filter_bytes // 8)
+        self.memtable_flushes = 0   # memtables flushed by :meth:`relieve` (a metric)
+        self._stores: dict[int, Memtables] = {}   # id -> the open stores
+        self._lock = threading.Lock()
+
+    def register(self, store: Memtables) -> None:
+        with self._lock:
+            self._stores[id(store)] = store
+
+    def unregister(self, store: Memtables) -> None:
+        """Before the store closes: once this returns, :meth:`relieve` does not touch it."""
+        with self._lock:
+            self._stores.pop(id(store), None)
+
+    def relieve(self) -> int:
+        """Once the memtables of all the stores pass three quarters of
+        ``store_memory.write_buffer_bytes``, flush the largest (in the background) until what
+        is left is under half of it; returns how many were flushed. Called after every write
+        of a store, from the thread that wrote (cheap below the threshold: one counter read)."""
+        budget = self.settings.write_buffer_bytes
+        used = self.write_buffers.get_usage()
+        if used <= budget * 3 // 4:
+            return 0
+        flushed = 0
+        with self._lock:
+            sizes = sorted(((s.memtable_bytes(), k) for k, s in self._stores.items()),
+                           reverse=True)
+            over = used - budget // 2
+            for size, k in sizes:
+                if over <= 0 or size == 0:
+                    break
+                self._stores[k].flush_memtable()
+                over -= size
+                flushed += 1
+            self.memtable_flushes += flushed
+        return flushed
 
     @property
     def filter_bytes_used(self) -> int:
@@ -82,6 +132,9 @@ class StoreMemory:
         lines: list[str] = []
         for name, value in (("store_filter_bytes", self.filter_bytes_used),
                             ("store_filter_budget_bytes", self.settings.filter_bytes),
+                            ("store_block_cache_bytes", self.block_cache.get_usage()),
+                            ("store_write_buffer_bytes", self.write_buffers.get_usage()),
+                            ("store_memtable_flushes_total", self.memtable_flushes),
                             ("store_filter_refusals_total", self.filters.refused)):
             lines.extend(family_header(name))
             lines.append(f"cutover_{name} {value}")

@@ -291,3 +291,31 @@ def test_grown_filters_are_saved_at_close_and_read_back_without_a_scan(
     with DedupStore(path) as store:
         assert not store.filters_rebuilt and store.filter_bytes == size
         assert all(ident in store for ident, _ in added[::7])
+
+
+def test_the_shared_memtables_and_block_cache_are_shown_and_stay_within_their_settings(
+        tmp_path: Path) -> None:
+    """Stores written one after the other, each going quiet with its memtable full: the
+    worker flushes the quiet stores' memtables (RocksDB would flush only the store being
+    written, and stall its writes for good), so the busy store's writes go on and the
+    memtables together stay within store_memory.write_buffer_bytes. Reads fill the block
+    cache no further than its size; both are in the worker's metrics."""
+    mib = 1 << 20
+    memory = StoreMemory(StoreMemorySettings(write_buffer_bytes=2 * mib, block_cache_bytes=mib))
+    stores = [DedupStore(tmp_path / f"p{i}", memory=memory) for i in range(4)]
+    added = ids(20_000)
+    for store in stores:
+        for k in range(0, len(added), 2_000):
+            for ident, t in added[k:k + 2_000]:
+                store.add(ident, t)
+            store.flush()
+    assert memory.memtable_flushes > 0
+    assert 0 < memory.write_buffers.get_usage() <= 2 * mib + mib  # flushes in flight at most
+    assert all(ident in store for store in stores for ident, _ in added[::50])
+    assert memory.block_cache.get_usage() <= mib
+    shown = dict(line.split() for line in memory.prometheus().splitlines()
+                 if line.startswith("cutover_store_"))
+    assert int(shown["cutover_store_write_buffer_bytes"]) == memory.write_buffers.get_usage()
+    assert int(shown["cutover_store_block_cache_bytes"]) == memory.block_cache.get_usage()
+    for store in stores:
+        store.close()

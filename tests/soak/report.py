@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tests.soak.chaos import ChaosResult, FaultOutcome
 from tests.soak.cluster_faults import WHAT_IT_DOES, FaultKind
-from tests.soak.router_workers import LIVENESS_FAILURE_S
+from tests.soak.router_workers import LIVENESS_FAILURE_S, STORE_CACHE_BYTES
 from tests.soak.rss import RSS_TOLERANCE, rss_flat
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "soak.md"
@@ -169,9 +169,16 @@ def render(r: ChaosResult, kafka: str) -> str:
         *([f"Lost, first identities: {v.lost_samples}.", ""] if v.lost_samples else []),
         "## Worker memory (RSS, MB)",
         "",
-        "| worker | pid | start | after the first fault | end | judged over (s) | result |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        f"The workers run with store caches of {STORE_CACHE_BYTES >> 20} MiB "
+        "(`store_memory.block_cache_bytes` and `write_buffer_bytes`), full minutes into the run: "
+        "memory that fills a bounded cache is not growth. *Stores*: what the block cache and the "
+        "memtables held (`/metrics`), after the first fault and at the end.",
+        "",
+        "| worker | pid | start | after the first fault | end | stores | judged over (s) | "
+        "result |",
+        "|---|---:|---:|---:|---:|---|---:|---|",
         *(f"| {x.instance_id} | {x.pid} | {x.start_mb} | {x.reference_mb or '-'} | {x.end_mb} | "
+          f"{_stores(x.reference_stores_mb)} → {_stores(x.end_stores_mb)} | "
           f"{x.span_s:.0f} | {_rss_mark(x.judged, x.flat)} |" for x in r.rss),
         "",
         "## Every fault",
@@ -185,6 +192,10 @@ def render(r: ChaosResult, kafka: str) -> str:
     if r.notes:
         lines += ["## Notes", "", *(f"- {n}" for n in r.notes), ""]
     return "\n".join(lines)
+
+
+def _stores(mb: float | None) -> str:
+    return "-" if mb is None else f"{mb}"
 
 
 def _rss_mark(judged: bool, flat: bool) -> str:

@@ -41,11 +41,18 @@ class RouteTopics:
     group: str
 
 
+# The workers' store caches (store_memory), small enough that they are full minutes into the run:
+# the defaults (64 MiB each) fill over hours at the soak's rate, and memory that fills a bounded
+# cache is not growth. Flat RSS then means nothing else grows (docs/decisions/016).
+STORE_CACHE_BYTES = 8 << 20
+
+
 @dataclass
 class RssSample:
     at: float       # wall clock, seconds
     pid: int
     rss_mb: float
+    stores_mb: float | None = None   # the stores' block cache and memtables, from /metrics
 
 
 @dataclass
@@ -73,6 +80,22 @@ def healthy(port: int) -> bool:
             return int(r.status) == 200
     except (OSError, urllib.error.URLError):
         return False
+
+
+def stores_mb(port: int) -> float | None:
+    """What the worker's dedup stores' block cache and memtables hold, in MiB, from its
+    ``/metrics``; None when it does not answer within a second."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except (OSError, urllib.error.URLError):
+        return None
+    total = 0.0
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("cutover_store_block_cache_bytes", "cutover_store_write_buffer_bytes"):
+            total += float(value)
+    return round(total / (1 << 20), 1)
 
 
 def rss_mb(pid: int) -> float | None:
@@ -110,6 +133,8 @@ class WorkerPool:
         config.write_text(yaml.safe_dump({
             "bootstrap": self.bootstrap, "control_topic": t.control, "status_topic": t.status,
             "group_id": t.group, "state_dir": str(state), "http_port": port,
+            "store_memory": {"block_cache_bytes": STORE_CACHE_BYTES,
+                             "write_buffer_bytes": STORE_CACHE_BYTES},
             "routes": [{"name": t.route, "inputs": [t.raw], "output": t.output,
                         "dead_letter": t.dead_letter}],
         }))
@@ -161,7 +186,7 @@ class WorkerPool:
             pid = w.pid
             mb = rss_mb(pid) if pid is not None else None
             if pid is not None and mb is not None:
-                w.rss.append(RssSample(now, pid, round(mb, 1)))
+                w.rss.append(RssSample(now, pid, round(mb, 1), stores_mb(w.http_port)))
 
     def supervise(self) -> list[str]:
         """Restart, as a supervisor would, every worker that exited by itself or failed its

@@ -27,6 +27,9 @@ class WorkerRss(BaseModel):
     start_mb: float
     reference_mb: float | None
     end_mb: float
+    # the stores' block cache and memtables at the reference and at the end (/metrics)
+    reference_stores_mb: float | None = None
+    end_stores_mb: float | None = None
     span_s: float           # from the reference sample to the last one
     judged: bool
 
@@ -51,6 +54,8 @@ def rss_summary(workers: Iterable[Worker], first_fault_end: float,
             out.append(WorkerRss(instance_id=w.instance_id, pid=pid, start_mb=first.rss_mb,
                                  reference_mb=ref.rss_mb if ref is not None else None,
                                  end_mb=last.rss_mb, span_s=round(span, 1),
+                                 reference_stores_mb=ref.stores_mb if ref is not None else None,
+                                 end_stores_mb=last.stores_mb,
                                  judged=ref is not None and span >= min_span_s))
     return out
 

@@ -150,6 +150,10 @@ class DataPath:
         # Partitions whose output end went unanswered, until it is answered again: their
         # producer's leaders are refreshed then (:meth:`_check_output_ends`).
         self._leader_suspect: set[PartitionKey] = set()
+        # Partitions whose producer's leaders are refreshed before the next batch: after any
+        # assignment (a session lost to a broker fault included), a broker error the consumer
+        # reported, and a commit set aside (:meth:`_refresh_leaders`). None: every owned one.
+        self._refresh_due: set[PartitionKey] | None = set()
         self._paused: set[tuple[str, int]] = set()
         # Consumed records of set-aside partitions, per raw partition, in order.
         self._kept_back: dict[tuple[str, int], list[Message]] = {}
@@ -258,6 +262,7 @@ class DataPath:
             self._consumer_fatal = err
         else:
             log.warning("consumer: %s", err.str())
+            self._refresh_due = None   # a broker failed or moved: every producer asks
 
     def _before_change(self, closing: set[PartitionKey] | None) -> None:
         """Before the group gives or takes partitions (the rebalance callbacks): the commits
@@ -290,6 +295,7 @@ class DataPath:
         assignment (an empty one included: a group with more workers than partitions), its
         partitions taken over."""
         self._took_over = True
+        self._refresh_due = None   # the group moved: a broker may have, too
         self.progress.idle()  # recovering, not idle: the stall clock starts again
         if not self.joined:
             self.joined = True
@@ -406,6 +412,7 @@ class DataPath:
                             "partitions taken over again", len(kept) + len(msgs) - len(fresh))
                 msgs = fresh
             msgs = self._set_aside(msgs)
+            self._refresh_leaders()
             if msgs and self._txn is not None:
                 msgs = self._check_output_ends(msgs)
             if msgs:
@@ -451,6 +458,8 @@ class DataPath:
         if aside - self._aside:
             log.info("partitions %s set aside (a commit in flight, or the output's end not "
                      "answered); the others go on", sorted(aside - self._aside))
+            if self._refresh_due is not None:   # a commit waiting on a leader that moved?
+                self._refresh_due |= (aside - self._aside) & self._end.unsettled()
         self._aside = aside
         self._pause_only(aside)
         by_tp = self._parts.by_tp
@@ -517,6 +526,21 @@ class DataPath:
         retry_at = time.monotonic() + ENDS_RETRY_S
         self._ends_retry.update(dict.fromkeys(unanswered, retry_at))
         return self._set_aside(msgs)
+
+    def _refresh_leaders(self) -> None:
+        """Have the producers of the partitions due (``_refresh_due``) ask for their leaders,
+        in the background (router.transactions.PartitionTransactions.refresh_leaders). Why
+        these moments: a producer keeps the leaders it knows until a request to one times out.
+        Kafka moves a frozen or dead broker's partitions within its session timeout, and a
+        worker's next batches, produced to the old leader, would each wait out the socket
+        timeout; the signs that a broker failed reach the worker as a rebalance (its session
+        lost while the group coordinator moved), a consumer error, or a commit that does not
+        settle."""
+        due, self._refresh_due = self._refresh_due, set()
+        if self._txn is None or due == set():
+            return
+        self._txn.refresh_leaders(set(self.owned) if due is None else due & set(self.owned),
+                                  self.settings.request_timeout_s)
 
     def _positions(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Per owned raw partition (topic, partition): where the worker stands (its consumer

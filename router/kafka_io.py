@@ -54,6 +54,9 @@ class AccessDenied(BrokerUnavailable):
 _ROLE_RIGHTS = 'the rights its role has in docs/security.md, "Access control"'
 
 
+METADATA_REFRESH_MS = 2000   # a producer's periodic refresh of its topics' leaders
+
+
 def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
     """Client settings: ``kafka:`` pass-through with its secret references resolved."""
     return {"bootstrap.servers": bootstrap, "logger": log, "log_level": 3,
@@ -70,6 +73,14 @@ def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) 
     # or coordinator once Kafka has elected one (retries keep their sequence numbers: nothing
     # is written twice).
     conf.setdefault("socket.timeout.ms", int(settings.socket_timeout_s * 1000))
+    if role == "producer":
+        # A producer learns that Kafka moved a partition's leader when a request to the old
+        # one fails or times out, or at its periodic metadata refresh (librdkafka's 5 min). A
+        # partition that had no output while its input was held by a frozen or dead leader
+        # (the producers of the input wait for the election too) sends its first batch after
+        # it to the old leader, and waits out the socket timeout. Refreshed every few
+        # seconds, it is sent to the new leader: a metadata request per producer, small.
+        conf.setdefault("topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS)
     if role != "consumer":
         conf = {k: v for k, v in conf.items() if not k.startswith(_CONSUMER_ONLY)}
     conf.update(extra)

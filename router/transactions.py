@@ -65,6 +65,8 @@ INIT_TIMEOUT_S = 30.0
 # retries run out, so the pool has room beside them.
 COMMIT_THREADS = 32
 START_THREADS = 64   # producers started at once on a takeover
+LEADER_THREADS = 8   # producers asked for their leaders at once (in the background)
+LEADER_ASKS = 3      # ... each asked this many times at most
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
 COMMIT_FAILPOINT_SLOW_S = 2.5   # ... and the ``txn-commit-fails-slowly`` one's
 COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's commit waits
@@ -109,6 +111,7 @@ class PartitionTransactions:
         self.producers: dict[PartitionKey, Producer] = {}
         self.open: set[PartitionKey] = set()   # begun in this batch
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
+        self.leaders = ThreadPoolExecutor(LEADER_THREADS, thread_name_prefix="txn-leaders")
         self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
         for rs in settings.routes:
             for topic in (rs.output, rs.dead_letter, rs.shadow):
@@ -187,6 +190,7 @@ class PartitionTransactions:
     def close(self) -> None:
         self.drop(list(self.producers))
         self.pool.shutdown()
+        self.leaders.shutdown(wait=False, cancel_futures=True)
 
     def replace(self, key: PartitionKey) -> None:
         """Give up the partition's producer while its commit is still in flight (stuck on a
@@ -201,24 +205,28 @@ class PartitionTransactions:
 
     def refresh_leaders(self, keys: Iterable[PartitionKey], timeout_s: float) -> None:
         """Have the producers of ``keys`` ask for the leaders of the topics they write (a
-        metadata request each): after a broker froze or died, a producer whose requests did
-        not time out yet still holds its old leaders."""
-        def refresh(key: PartitionKey) -> None:
-            producer = self.producers.get(key)
-            if producer is None:
-                return
+        metadata request each), in the background: after a broker froze or died, a producer
+        learns that Kafka moved its partitions' leaders only when a request to the old leader
+        times out, and a batch produced meanwhile goes to the old leader and waits for that
+        timeout too. The answer updates the producer's own metadata."""
+        def refresh(key: PartitionKey, producer: Producer) -> None:
             for topic in sorted(t for t, r in self.route_of.items() if r == key[0]):
-                try:
-                    producer.list_topics(topic, timeout=timeout_s)
-                except KafkaException as exc:   # asked of the frozen broker, maybe
-                    log.info("partition %s/%d: leaders of %s not refreshed (%s)", key[0], key[1],
-                             topic, exc)
-                    return
+                # the client asks any broker it is connected to: the frozen one, maybe, so a
+                # request unanswered is asked again (of another, likely)
+                for attempt in range(1, LEADER_ASKS + 1):
+                    try:
+                        producer.list_topics(topic, timeout=timeout_s)
+                        break
+                    except KafkaException as exc:
+                        if attempt == LEADER_ASKS:
+                            log.info("partition %s/%d: leaders of %s not refreshed (%s)",
+                                     key[0], key[1], topic, exc)
+                            return
 
-        todo = sorted(keys)
-        with ThreadPoolExecutor(min(len(todo), START_THREADS) or 1,
-                                thread_name_prefix="txn-leaders") as pool:
-            list(pool.map(refresh, todo))
+        for key in sorted(keys):
+            producer = self.producers.get(key)
+            if producer is not None:
+                self.leaders.submit(refresh, key, producer)
 
     # -- one batch --------------------------------------------------------------------------
 

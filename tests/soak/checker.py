@@ -27,6 +27,8 @@ from router.kafka_io import base_conf, reader_conf
 from tests.output_counts import OutputCounts
 from tests.soak.workload import Event, parse_value
 
+RIDE_THROUGH = {"socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 2000}
+
 
 class OutRecord(NamedTuple):
     """What the checker keeps of one output record (a soak holds hundreds of thousands)."""
@@ -55,8 +57,12 @@ class OutputWatcher:
 
     def __init__(self, bootstrap: str, output: str, status: str, route: str,
                  partitions: int) -> None:
+        # A consumer that rides through a frozen broker, as docs/operations.md advises the
+        # output's consumers: with librdkafka's defaults a fetch sent to a frozen leader waits
+        # 60 s and the client learns of the new leader at its 5-minute metadata refresh, so
+        # the checker would measure its own stall, not the router's output.
         conf = {**reader_conf(base_conf(bootstrap)), "fetch.wait.max.ms": 100, "log_level": 0,
-                "isolation.level": "read_committed"}
+                "isolation.level": "read_committed", **RIDE_THROUGH}
         self.out = Consumer(conf)
         self.out.assign([TopicPartition(output, p, OFFSET_BEGINNING) for p in range(partitions)])
         self.status = Consumer(conf)

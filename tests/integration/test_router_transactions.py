@@ -7,9 +7,12 @@ record exactly once, and the worker never restarts. The seams are ``CUTOVER_FAIL
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -163,25 +166,27 @@ def test_a_crash_after_a_commit_repeats_no_dead_letter(broker: BrokerUnderTest,
         router.stop()
 
 
-def test_a_commit_that_does_not_settle_holds_only_its_own_partition(
-        broker: BrokerUnderTest, tmp_path: Path) -> None:
-    """One partition's commit waits ten seconds (its transaction coordinator does not
-    answer): that partition is set aside while the other goes on forwarding; once the commit
-    settles, the set-aside partition's records are read again and every record is in the
-    output once, in order."""
+@dataclass
+class StalledCommit:
+    env: Env
+    router: RouterProcess
+    at: float   # time.monotonic() when the stall began
+
+
+@contextlib.contextmanager
+def a_stalled_commit(broker: BrokerUnderTest, tmp_path: Path,
+                     commit_stuck_s: float) -> Iterator[StalledCommit]:
+    """Two partitions, blue the primary: 200 records routed, then one partition's commit of
+    the next 200 waits ten seconds before it is sent (failpoint ``txn-commit-stalls``: its
+    transaction coordinator does not answer), then 200 more written."""
     if broker.kind == "tansu":
         pytest.skip("transactions are off on Tansu")
     env = Env(broker.bootstrap, tmp_path, partitions=2)
     assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
     arm = tmp_path / "arm"
-    # the stalled commit settles by itself here, before it would be given up as stuck
-    router = RouterProcess(env, config=env.write_config(commit_stuck_s=60),
+    router = RouterProcess(env, config=env.write_config(commit_stuck_s=commit_stuck_s),
                            extra_env={"CUTOVER_FAILPOINT": "txn-commit-stalls",
                                       "CUTOVER_FAILPOINT_ARM": str(arm)})
-
-    def per_partition() -> Counter[int]:
-        return Counter(m.partition() for m in env.read(env.output))
-
     try:
         router.wait_started()
         blue = Job(env, "blue")
@@ -192,65 +197,63 @@ def test_a_commit_that_does_not_settle_holds_only_its_own_partition(
         env.wait_for("the stall", lambda: "failpoint txn-commit-stalls" in router.text(), 10)
         stalled_at = time.monotonic()
         blue.emit(events(400, 600))
+        yield StalledCommit(env, router, stalled_at)
+    finally:
+        router.stop()
+
+
+def assert_once_in_order(env: Env, n: int) -> None:
+    out = check_output(env, events(0, n), lambda p, t: "blue")
+    for p in range(2):
+        times = [int(dict(m.headers())["bg.event_time"]) for m in out if m.partition() == p]
+        assert times == sorted(times), f"partition {p} is out of order"
+
+
+def test_a_commit_that_does_not_settle_holds_only_its_own_partition(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """One partition's commit waits ten seconds: that partition is set aside while the other
+    goes on forwarding; once the commit settles, the set-aside partition's records are read
+    again and every record is in the output once, in order."""
+    # the stalled commit settles by itself here, before it would be given up as stuck
+    with a_stalled_commit(broker, tmp_path, commit_stuck_s=60) as stall:
+        env, router = stall.env, stall.router
+
+        def per_partition() -> Counter[int]:
+            return Counter(m.partition() for m in env.read(env.output))
+
         # the other partition has all of it, while the stalled one still shows none of its
         # records since the stall (read_committed)
         env.wait_for("one partition's output going on", lambda: 300 in per_partition().values(),
                      timeout=8)
-        assert time.monotonic() - stalled_at < 10, "the other partition waited for the stall"
+        assert time.monotonic() - stall.at < 10, "the other partition waited for the stall"
         counts = per_partition()
         assert sorted(counts.values()) == [100, 300], counts
         env.wait_output(600, timeout=60)
-        out = check_output(env, events(0, 600), lambda p, t: "blue")
-        for p in range(2):
-            times = [int(dict(m.headers())["bg.event_time"]) for m in out if m.partition() == p]
-            assert times == sorted(times), f"partition {p} is out of order"
+        assert_once_in_order(env, 600)
         assert "set aside" in router.text(), router.tail(40)
         router.assert_alive()
         assert router.text().count("took over partitions") == 1, "the worker rejoined"
-    finally:
-        router.stop()
 
 
 def test_a_stuck_commit_is_given_up_and_its_partition_replayed_by_a_new_producer(
         broker: BrokerUnderTest, tmp_path: Path) -> None:
-    """One partition's commit waits ten seconds (its transaction coordinator does not
-    answer); past ``commit_stuck_s`` it is given up: the partition's new producer aborts the
-    stuck transaction and fences the old producer, and the partition is replayed from its
-    checkpoint, so its output comes back before the stalled commit would have returned. When
-    the old producer's commit is finally sent it is refused (fenced): every record is in the
-    output once, in order, and the worker did not rejoin its group."""
-    if broker.kind == "tansu":
-        pytest.skip("transactions are off on Tansu")
-    env = Env(broker.bootstrap, tmp_path, partitions=2)
-    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
-    arm = tmp_path / "arm"
-    router = RouterProcess(env, config=env.write_config(commit_stuck_s=2),
-                           extra_env={"CUTOVER_FAILPOINT": "txn-commit-stalls",
-                                      "CUTOVER_FAILPOINT_ARM": str(arm)})
-    try:
-        router.wait_started()
-        blue = Job(env, "blue")
-        blue.emit(events(0, 200))
-        env.wait_output(200)
-        arm.touch()
-        blue.emit(events(200, 400))       # one partition's commit of these stalls
-        env.wait_for("the stall", lambda: "failpoint txn-commit-stalls" in router.text(), 10)
-        stalled_at = time.monotonic()
-        blue.emit(events(400, 600))
+    """One partition's commit waits ten seconds; past ``commit_stuck_s`` it is given up: the
+    partition's new producer aborts the stuck transaction and fences the old producer, and
+    the partition is replayed from its checkpoint, so its output comes back before the
+    stalled commit would have returned. When the old producer's commit is finally sent it is
+    refused (fenced): every record is in the output once, in order, and the worker did not
+    rejoin its group."""
+    with a_stalled_commit(broker, tmp_path, commit_stuck_s=2) as stall:
+        env, router = stall.env, stall.router
         env.wait_output(600, timeout=30)
         # before the stalled commit was even sent (COMMIT_STALL_S after the stall began)
-        assert time.monotonic() - stalled_at < 9, "the stuck partition waited for its commit"
+        assert time.monotonic() - stall.at < 9, "the stuck partition waited for its commit"
         assert "given up: a new producer aborts it" in router.text(), router.tail(40)
-        out = check_output(env, events(0, 600), lambda p, t: "blue")
-        for p in range(2):
-            times = [int(dict(m.headers())["bg.event_time"]) for m in out if m.partition() == p]
-            assert times == sorted(times), f"partition {p} is out of order"
+        assert_once_in_order(env, 600)
         time.sleep(10)   # the old producer's commit is sent now, and refused
         assert len(env.read(env.output)) == 600
         router.assert_alive()
         assert router.text().count("took over partitions") == 1, "the worker rejoined"
-    finally:
-        router.stop()
 
 
 def test_a_partition_set_aside_again_and_again_loses_and_doubles_nothing(

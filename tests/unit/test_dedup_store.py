@@ -20,6 +20,17 @@ def ids(n: int, start: int = 0) -> list[tuple[bytes, int]]:
     return [(record_identity(b"k", str(i).encode(), i), i) for i in range(start, start + n)]
 
 
+def fill_one_after_another(stores: list[DedupStore], added: list[tuple[bytes, int]],
+                           batch: int) -> None:
+    """Each store in turn gets every identity of ``added``, flushed ``batch`` at a time (a
+    partition's batches), then goes quiet."""
+    for store in stores:
+        for k in range(0, len(added), batch):
+            for ident, t in added[k:k + batch]:
+                store.add(ident, t)
+            store.flush()
+
+
 def test_lookups_see_buffered_and_flushed_writes(tmp_path: Path) -> None:
     with DedupStore(tmp_path / "p0") as store:
         (a, ta), (b, _) = ids(2)
@@ -264,11 +275,7 @@ def test_the_filters_of_a_worker_stay_within_its_budget_and_lose_nothing(
     memory = StoreMemory(StoreMemorySettings(filter_bytes=1 << 20))
     stores = [DedupStore(tmp_path / f"p{i}", memory=memory) for i in range(8)]
     added = ids(40_000)
-    for store in stores:
-        for k in range(0, len(added), 4_000):
-            for ident, t in added[k:k + 4_000]:
-                store.add(ident, t)
-            store.flush()
+    fill_one_after_another(stores, added, batch=4_000)
     floor = 8 * MIN_WORDS * MAX_LIVE_BUCKETS * len(stores)
     assert memory.filter_bytes_used <= (1 << 20) + floor
     assert memory.filters.refused > 0
@@ -304,11 +311,7 @@ def test_the_shared_memtables_and_block_cache_are_shown_and_stay_within_their_se
     memory = StoreMemory(StoreMemorySettings(write_buffer_bytes=2 * mib, block_cache_bytes=mib))
     stores = [DedupStore(tmp_path / f"p{i}", memory=memory) for i in range(4)]
     added = ids(20_000)
-    for store in stores:
-        for k in range(0, len(added), 2_000):
-            for ident, t in added[k:k + 2_000]:
-                store.add(ident, t)
-            store.flush()
+    fill_one_after_another(stores, added, batch=2_000)
     assert memory.memtable_flushes > 0
     assert 0 < memory.write_buffers.get_usage() <= 2 * mib + mib  # flushes in flight at most
     assert all(ident in store for store in stores for ident, _ in added[::50])

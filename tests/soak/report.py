@@ -172,13 +172,15 @@ def render(r: ChaosResult, kafka: str) -> str:
         f"The workers run with store caches of {STORE_CACHE_BYTES >> 20} MiB "
         "(`store_memory.block_cache_bytes` and `write_buffer_bytes`), full minutes into the run: "
         "memory that fills a bounded cache is not growth. *Stores*: what the block cache and the "
-        "memtables held (`/metrics`), after the first fault and at the end.",
+        "memtables held (`/metrics`), and *threads* the process's threads, after the first fault "
+        "and at the end.",
         "",
-        "| worker | pid | start | after the first fault | end | stores | judged over (s) | "
-        "result |",
-        "|---|---:|---:|---:|---:|---|---:|---|",
+        "| worker | pid | start | after the first fault | end | stores | threads | "
+        "judged over (s) | result |",
+        "|---|---:|---:|---:|---:|---|---|---:|---|",
         *(f"| {x.instance_id} | {x.pid} | {x.start_mb} | {x.reference_mb or '-'} | {x.end_mb} | "
           f"{_stores(x.reference_stores_mb)} → {_stores(x.end_stores_mb)} | "
+          f"{_stores(x.reference_threads)} → {_stores(x.end_threads)} | "
           f"{x.span_s:.0f} | {_rss_mark(x.judged, x.flat)} |" for x in r.rss),
         "",
         "## Every fault",
@@ -194,8 +196,8 @@ def render(r: ChaosResult, kafka: str) -> str:
     return "\n".join(lines)
 
 
-def _stores(mb: float | None) -> str:
-    return "-" if mb is None else f"{mb}"
+def _stores(value: float | None) -> str:
+    return "-" if value is None else f"{value}"
 
 
 def _rss_mark(judged: bool, flat: bool) -> str:

@@ -53,6 +53,7 @@ class RssSample:
     pid: int
     rss_mb: float
     stores_mb: float | None = None   # the stores' block cache and memtables, from /metrics
+    threads: int | None = None       # the process's threads
 
 
 @dataclass
@@ -100,10 +101,20 @@ def stores_mb(port: int) -> float | None:
 
 def rss_mb(pid: int) -> float | None:
     """Resident memory of ``pid`` in MiB (``VmRSS``), None when it is gone."""
+    value = _status_field(pid, "VmRSS")
+    return None if value is None else value / 1024
+
+
+def thread_count(pid: int) -> int | None:
+    return _status_field(pid, "Threads")
+
+
+def _status_field(pid: int, name: str) -> int | None:
+    """A number from ``/proc/<pid>/status`` (its first word), None when the process is gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+            if line.startswith(f"{name}:"):
+                return int(line.split()[1])
     except OSError:
         return None
     return None
@@ -186,7 +197,8 @@ class WorkerPool:
             pid = w.pid
             mb = rss_mb(pid) if pid is not None else None
             if pid is not None and mb is not None:
-                w.rss.append(RssSample(now, pid, round(mb, 1), stores_mb(w.http_port)))
+                w.rss.append(RssSample(now, pid, round(mb, 1), stores_mb(w.http_port),
+                                       thread_count(pid)))
 
     def supervise(self) -> list[str]:
         """Restart, as a supervisor would, every worker that exited by itself or failed its

@@ -30,6 +30,8 @@ class WorkerRss(BaseModel):
     # the stores' block cache and memtables at the reference and at the end (/metrics)
     reference_stores_mb: float | None = None
     end_stores_mb: float | None = None
+    reference_threads: int | None = None
+    end_threads: int | None = None
     span_s: float           # from the reference sample to the last one
     judged: bool
 
@@ -56,6 +58,8 @@ def rss_summary(workers: Iterable[Worker], first_fault_end: float,
                                  end_mb=last.rss_mb, span_s=round(span, 1),
                                  reference_stores_mb=ref.stores_mb if ref is not None else None,
                                  end_stores_mb=last.stores_mb,
+                                 reference_threads=ref.threads if ref is not None else None,
+                                 end_threads=last.threads,
                                  judged=ref is not None and span >= min_span_s))
     return out
 

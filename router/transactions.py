@@ -112,6 +112,7 @@ class PartitionTransactions:
         self.open: set[PartitionKey] = set()   # begun in this batch
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
         self.leaders = ThreadPoolExecutor(LEADER_THREADS, thread_name_prefix="txn-leaders")
+        self._refreshing: set[PartitionKey] = set()   # a refresh of theirs is queued or running
         self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
         for rs in settings.routes:
             for topic in (rs.output, rs.dead_letter, rs.shadow):
@@ -210,6 +211,12 @@ class PartitionTransactions:
         times out, and a batch produced meanwhile goes to the old leader and waits for that
         timeout too. The answer updates the producer's own metadata."""
         def refresh(key: PartitionKey, producer: Producer) -> None:
+            try:
+                ask(key, producer)
+            finally:
+                self._refreshing.discard(key)
+
+        def ask(key: PartitionKey, producer: Producer) -> None:
             for topic in sorted(t for t, r in self.route_of.items() if r == key[0]):
                 # the client asks any broker it is connected to: the frozen one, maybe, so a
                 # request unanswered is asked again (of another, likely)
@@ -223,9 +230,12 @@ class PartitionTransactions:
                                      key[0], key[1], topic, exc)
                             return
 
-        for key in sorted(keys):
+        # a key already being refreshed is not queued again: errors a consumer reports at every
+        # reconnect to a dead broker would otherwise queue refreshes faster than they end
+        for key in sorted(set(keys) - self._refreshing):
             producer = self.producers.get(key)
             if producer is not None:
+                self._refreshing.add(key)
                 self.leaders.submit(refresh, key, producer)
 
     # -- one batch --------------------------------------------------------------------------

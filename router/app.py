@@ -23,6 +23,7 @@ from faust.app.base import BootStrategy
 from faust.web import Request, Response, View
 
 from cutover.settings import RouterSettings, SettingsError
+from router.allocator import cap_arenas
 from router.datapath import DataPath
 from router.errors import RouterConfigError
 from router.kafka_io import AccessDenied
@@ -132,6 +133,7 @@ def build_app(settings: RouterSettings, worker_id: str | None = None,
 def run_worker(settings: RouterSettings, loglevel: str = "INFO",
                instance_id: str | None = None) -> int:
     """Start a worker and block until it stops; return the exit code."""
+    log.info("C allocator: %s", cap_arenas())   # before any client's thread: router.allocator
     app, service = build_app(settings, instance_id=instance_id)
     worker = RouterWorker(app, loglevel=loglevel, quiet=True)
     try:

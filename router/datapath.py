@@ -57,7 +57,7 @@ from cutover.headers import HeaderError, RecordKind, data_envelope, parse_header
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
 from router import compiled
-from router.allocator import fastbins_off
+from router.allocator import FreeMemoryTrim, fastbins_off
 from router.assignment import Assignment
 from router.batch_end import NOTHING_STALE, BatchEnd, Stale
 from router.checkpoint import checkpoint_topic
@@ -220,6 +220,7 @@ class DataPath:
         self._join()
         self.ready.set()
         Watchdog(self.progress, self.stop_event).start()
+        FreeMemoryTrim(self.stop_event).start()
         allocator = fastbins_off()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
                  "allocator %s", self.worker_id, sorted(self.routes),

@@ -41,7 +41,6 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "cutover.cli.doctor": ("doctor",),
 }
 
-DISTRIBUTION = "cutover-streams"
 # sub-command -> (the extra that installs its role, the modules it needs beyond the core). The
 # core (router, operator commands) installs without them; these commands check at their start.
 OPTIONAL_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -10,9 +10,7 @@ from contextlib import contextmanager
 
 from cutover.cli.errors import CliError
 from cutover.cli.settings_file import settings_file
-from cutover.plan import CutoverPlan, PlanRejected
-from router.kafka_io import BrokerUnavailable, base_conf, wait_for_broker
-from router.operator import (
+from cutover.control.routes import (
     PlanNotPublished,
     RouteView,
     Target,
@@ -20,6 +18,8 @@ from router.operator import (
     read_views,
     target_from_settings,
 )
+from cutover.plan import CutoverPlan, PlanRejected
+from router.kafka_io import BrokerUnavailable, base_conf, wait_for_broker
 
 BROKER_DOWN = 3   # exit code: the broker did not answer
 

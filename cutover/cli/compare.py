@@ -1,12 +1,12 @@
 """``cutover compare``: both versions' outputs of a route, record by record, for a while.
 
-The same comparison ``cutover rollout --compare`` runs before it switches (router.compare):
-the raw topics are watched for ``--for``, records both versions emitted for the same event
-times are matched by the route's identity and counted equal, different, only in the old
-version or only in the new one, per partition, with samples of the differences. Exit 0 when
-the share that differs is within ``--max-diff``, 1 when it is over (or nothing could be
-compared). The versions are named as ``switch`` and ``rollout`` name them: ``--to`` the new
-one, ``--from`` the one it replaces (``--new``/``--old`` still work, with a warning).
+The same comparison ``cutover rollout --compare`` runs before it switches
+(cutover.control.comparison): the raw topics are watched for ``--for``, records both versions
+emitted for the same event times are matched by the route's identity and counted equal, different,
+only in the old version or only in the new one, per partition, with samples of the differences. Exit
+0 when the share that differs is within ``--max-diff``, 1 when it is over (or nothing could be
+compared). The versions are named as ``switch`` and ``rollout`` name them: ``--to`` the new one,
+``--from`` the one it replaces (``--new``/``--old`` still work, with a warning).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from cutover.cli.parsing import Deprecated
 from cutover.cli.rollout import parse_fraction
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.cli.times import parse_duration_ms
+from cutover.control.compare_reader import RawTopicMissing, compare_route
 from cutover.rollout.journal import CompareSummary
-from router.compare_reader import RawTopicMissing, compare_route
 
 
 def print_summary(s: CompareSummary) -> None:

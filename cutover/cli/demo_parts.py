@@ -20,9 +20,9 @@ import yaml
 from cutover.cli.cluster import target_of
 from cutover.cli.errors import CliError
 from cutover.cli.orders import EventSpec, Order, make_orders
+from cutover.control.routes import RouteView, StateReader
 from cutover.demo_broker import free_port
 from cutover.rollout.journal import RolloutRecord
-from router.operator import RouteView, StateReader
 
 ROUTE = "totals"
 PARTITIONS = 2

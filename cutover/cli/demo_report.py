@@ -22,8 +22,8 @@ from typing import Any
 from cutover.cli.demo_parts import PARTITIONS
 from cutover.cli.demo_timeline import Mark, draw_timeline
 from cutover.cli.orders import Order
+from cutover.control.routes import RouteView
 from cutover.rollout.journal import Phase, RolloutRecord
-from router.operator import RouteView
 
 WINDOW_MS = 10_000
 MIN_RECORDS = 5   # a span with fewer output records has no rhythm to measure

@@ -35,6 +35,8 @@ from cutover.cli.rollout_procs import host, pid_alive
 from cutover.cli.rollout_view import make_view
 from cutover.cli.settings_file import route_in, settings_file
 from cutover.cli.times import parse_duration_ms
+from cutover.control.rollout_claim import ClaimLost, JournalNotWritten, claim, publish_record
+from cutover.control.routes import RouteView, StateReader, Target
 from cutover.plan import utcnow
 from cutover.rollout.events import AbortRequested, Event
 from cutover.rollout.journal import (
@@ -50,8 +52,6 @@ from cutover.rollout.journal import (
 from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings
 from cutover.status import TransitionState
-from router.operator import RouteView, StateReader, Target
-from router.rollout_journal import ClaimLost, JournalNotWritten, claim, publish_record
 
 EXIT = {Phase.DONE: 0, Phase.ROLLED_BACK: 1, Phase.FAILED: 4}
 SUPERSEDED = 5

@@ -22,6 +22,11 @@ from typing import Any
 
 from cutover.cli.rollout_procs import Commands
 from cutover.cli.rollout_view import LiveView
+from cutover.control.compare_reader import CompareStopped, compare_route
+from cutover.control.next_plan import At, next_plan
+from cutover.control.next_plan import SwitchRefused as NextPlanRefused
+from cutover.control.rollout_claim import JournalNotWritten, publish_record, superseded
+from cutover.control.routes import PlanNotPublished, RouteView, StateReader, Target, publish_plan
 from cutover.plan import CutoverPlan, PlanRejected, utcnow
 from cutover.rollout.events import (
     AbortRequested,
@@ -55,13 +60,8 @@ from cutover.rollout.machine import step
 from cutover.rollout.metrics import prometheus
 from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings
-from router.compare_reader import CompareStopped, compare_route
 from router.kafka_io import BrokerUnavailable
-from router.next_plan import At, next_plan
-from router.next_plan import SwitchRefused as NextPlanRefused
-from router.operator import PlanNotPublished, RouteView, StateReader, Target, publish_plan
 from router.output_tally import OutputTally
-from router.rollout_journal import JournalNotWritten, publish_record, superseded
 
 HEARTBEAT_S = 5.0
 

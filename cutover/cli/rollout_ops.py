@@ -22,6 +22,8 @@ from cutover.cli.cluster import broker_errors, cluster_args, connect
 from cutover.cli.errors import CliError
 from cutover.cli.status import describe_rollout
 from cutover.cli.times import parse_duration_ms
+from cutover.control.rollout_claim import JournalNotWritten, publish_record
+from cutover.control.routes import StateReader, Target
 from cutover.plan import utcnow
 from cutover.rollout.events import Requested
 from cutover.rollout.journal import (
@@ -32,8 +34,6 @@ from cutover.rollout.journal import (
     RolloutRecord,
 )
 from cutover.rollout.machine import next_gate, step
-from router.operator import StateReader, Target
-from router.rollout_journal import JournalNotWritten, publish_record
 
 EXIT = {Phase.DONE: 0, Phase.ROLLED_BACK: 1, Phase.FAILED: 4}
 

@@ -13,10 +13,10 @@ from typing import Any
 from cutover.cli.cluster import broker_errors, cluster_args, connect
 from cutover.cli.errors import CliError
 from cutover.cli.times import parse_duration_ms
+from cutover.control.routes import RouteView, StateReader, read_views
 from cutover.plan import utcnow
 from cutover.rollout.journal import RolloutRecord
 from cutover.status import TransitionState
-from router.operator import RouteView, StateReader, read_views
 
 
 def _merged_json(v: RouteView) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """``cutover switch``: publish the next plan of a route, after the safety checks of
-router.next_plan."""
+cutover.control.next_plan."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 from cutover.cli.cluster import cluster_args, connect, publish, route_view
 from cutover.cli.errors import CliError
 from cutover.cli.times import parse_at, parse_deadline, parse_duration_ms
+from cutover.control.next_plan import SwitchRefused, next_plan
 from cutover.plan import utcnow
-from router.next_plan import SwitchRefused, next_plan
 
 
 def _cmd_switch(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from cutover.cli.errors import CliError
-from router.next_plan import At
+from cutover.control.next_plan import At
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

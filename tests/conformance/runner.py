@@ -23,11 +23,11 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from cutover.cli import main as cutover_main
+from cutover.control.routes import PartitionReport, RouteView, Target, merge_report, read_views
 from cutover.headers import EVENT_TIME, SRC, VERSION
 from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, TransitionState, parse_status
 from router.kafka_io import base_conf, read_to_end, reader_conf
-from router.operator import PartitionReport, RouteView, Target, merge_report, read_views
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.children import RouterChild
 from tests.conformance.data import (
@@ -92,10 +92,10 @@ def run_cli(config: Path, *args: str) -> tuple[int, str]:
 class StatusFollower:
     """The route's merged view, kept current from one long-lived consumer of the status topic.
 
-    ``router.operator.read_views`` re-reads both topics from the start (about 3 s a call on the
-    test broker); polling it would dominate a cell's time. The merge is the same
-    (``router.operator.merge_report``): per partition, the newest report of it in any status;
-    the plan, the newest epoch any status carries.
+    ``cutover.control.routes.read_views`` re-reads both topics from the start (about 3 s a
+    call on the test broker); polling it would dominate a cell's time. The merge is the same
+    (``cutover.control.routes.merge_report``): per partition, the newest report of it in any
+    status; the plan, the newest epoch any status carries.
     """
 
     def __init__(self, bootstrap: str, topic: str, route: str,

@@ -10,10 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from confluent_kafka import Producer
 
+from cutover.control.routes import StateReader, Target
 from cutover.plan import CutoverPlan, Segment
 from cutover.status import PartitionStatus, RouteStatus, TransitionState
 from router.kafka_io import base_conf
-from router.operator import StateReader, Target
 
 pytestmark = pytest.mark.broker
 

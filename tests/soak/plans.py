@@ -4,7 +4,7 @@ Every switch is a new epoch whose timeline is the previous one plus a segment fo
 version, starting ``lead_ms`` of event time ahead of the newest event written: ahead of every
 partition's horizon, so no router needs to pin it (a partition that does pin says so on the
 status topic, and the checker uses its pin). Published as an operator would, through
-``router.operator.publish_plan`` (the checks a router makes; retried while a broker is down).
+``cutover.control.routes.publish_plan`` (the checks a router makes; retried while a broker is down).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from cutover.control.routes import PlanNotPublished, Target, publish_plan
 from cutover.plan import CutoverPlan, Segment, utcnow
-from router.operator import PlanNotPublished, Target, publish_plan
 from tests.soak.workload import VERSIONS
 
 

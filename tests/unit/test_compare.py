@@ -1,11 +1,11 @@
-"""The comparison of both versions' outputs (router.compare): which event times are compared,
-how records are matched, and what is counted."""
+"""The comparison of both versions' outputs (cutover.control.comparison): which event times
+are compared, how records are matched, and what is counted."""
 
 from __future__ import annotations
 
 import json
 
-from router.compare import Comparison, TaggedOutput, match_identity
+from cutover.control.comparison import Comparison, TaggedOutput, match_identity
 from router.identity import key_event_time_identity
 
 

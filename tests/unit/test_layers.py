@@ -2,7 +2,9 @@
 
     CLI and demo (cutover.cli, and the `tag` command's spark_tagger.cli)
         ^ uses
-    router/ (the worker, the operator's library)    spark_tagger/ (the tagger)
+    the operator's library (cutover.control)
+        ^ uses
+    router/ (the worker)                            spark_tagger/ (the tagger)
         ^ use
     contract (cutover/: models, headers, plan, settings, status, readiness, topic admin)
 
@@ -23,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("cutover", "router", "spark_tagger")
 CLI = ("cutover.cli", "spark_tagger.cli")   # the `tag` command's module lives with the tagger
+CONTROL = "cutover.control"   # the operator's library
 # Kept only for tests/conformance's imports of the order generator (see its docstring).
 SHIMS = {"spark_tagger.testing": {"cutover.cli.orders"}}
 
@@ -82,6 +85,8 @@ def imports(name: str) -> set[str]:
 def layer(name: str) -> str:
     if any(name == c or name.startswith(c + ".") for c in CLI):
         return "cli"
+    if name == CONTROL or name.startswith(CONTROL + "."):
+        return "control"
     if name.startswith("cutover"):
         return "contract"
     return name.split(".")[0]   # router | spark_tagger
@@ -91,13 +96,15 @@ ALLOWED = {
     "contract": {"contract"},
     "router": {"contract", "router"},
     "spark_tagger": {"contract", "spark_tagger"},
-    "cli": {"contract", "router", "spark_tagger", "cli"},
+    "control": {"contract", "router", "control"},
+    "cli": {"contract", "router", "spark_tagger", "control", "cli"},
 }
 
 
 def test_the_layers_hold_every_product_module() -> None:
     assert {"cutover.plan", "cutover.cli", "cutover.cli.switch", "router.datapath",
-            "spark_tagger.tagger"} <= set(MODULES)
+            "spark_tagger.tagger", "cutover.control.routes"} <= set(MODULES)
+    assert layer("cutover.control.routes") == "control" and layer("cutover.plan") == "contract"
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))

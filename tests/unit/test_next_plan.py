@@ -1,4 +1,5 @@
-"""``cutover switch``'s rules (router.next_plan): the plan it publishes, and every refusal."""
+"""``cutover switch``'s rules (cutover.control.next_plan): the plan it publishes, and every
+refusal."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from rule_support import make_plan
 
+from cutover.control.next_plan import At, NextPlan, SwitchRefused, next_plan
+from cutover.control.routes import PartitionReport, RouteView
 from cutover.status import PartitionStatus
-from router.next_plan import At, NextPlan, SwitchRefused, next_plan
-from router.operator import PartitionReport, RouteView
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MARGIN, MAX_LAG = 10_000, 60_000

@@ -135,7 +135,7 @@ def test_the_dashboard_draws_the_routers_health_by_current_names_on_a_grid() -> 
 
 
 def test_a_run_is_superseded_by_a_later_claim_or_another_owner_of_its_claim() -> None:
-    from router.rollout_journal import superseded
+    from cutover.control.rollout_claim import superseded
 
     mine = record(Phase.DRAINING, claim=2, owner=Owner(token="me", host="h", pid=1))
     heartbeat = mine.model_copy(update={"note": "beat"})

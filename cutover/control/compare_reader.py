@@ -14,10 +14,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from cutover.control.comparison import Comparison, TaggedOutput, match_identity
 from cutover.headers import HeaderError, RecordKind, parse_headers
 from cutover.rollout.journal import CompareSummary
 from cutover.settings import RouteSettings
-from router.compare import Comparison, TaggedOutput, match_identity
 from router.kafka_io import partitions_of, read_to_end, reader_conf
 
 

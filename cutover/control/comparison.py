@@ -1,6 +1,6 @@
 """Both versions' outputs for the same event times, record by record: pure, fed with the raw
-records a reader found (``router.compare_reader``), for ``cutover compare`` and the rollout's
-COMPARING phase.
+records a reader found (``cutover.control.compare_reader``), for ``cutover compare`` and the
+rollout's COMPARING phase.
 
 Records are matched by the route's identity, except that the default ``record`` identity (a
 digest of key, value and event time) would never match two different values, so it matches

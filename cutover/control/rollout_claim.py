@@ -15,8 +15,8 @@ import time
 
 from confluent_kafka import Producer
 
+from cutover.control.routes import RouteView, StateReader, Target
 from cutover.rollout.journal import RolloutRecord, journal_key
-from router.operator import RouteView, StateReader, Target
 
 
 class JournalNotWritten(RuntimeError):

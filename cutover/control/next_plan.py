@@ -17,9 +17,9 @@ from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
+from cutover.control.routes import RouteView
 from cutover.plan import CutoverPlan, Segment
 from cutover.validation import describe
-from router.operator import RouteView
 
 
 class SwitchRefused(ValueError):

@@ -20,6 +20,7 @@ from cutover.settings import RouterSettings
 from router.checkpoint import read_checkpoints
 from router.kafka_io import client_conf, wait_stable
 from router.partition import Owned, RouteRuntime
+from router.positions import PositionCheck
 from router.status_publisher import StatusBoard
 from router.store_memory import StoreMemory
 from router.takeover import take_over
@@ -53,6 +54,8 @@ class Assignment:
     # Partitions an orderly rebalance revoked, kept whole (decision state, store, producer)
     # until the next assignment says whether they stay: see :meth:`on_revoke`.
     parked: dict[PartitionKey, Owned] = field(default_factory=dict)
+    # Where each raw partition was put, until its first record confirms it (router.positions).
+    positions: PositionCheck = field(default_factory=PositionCheck)
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
@@ -72,6 +75,7 @@ class Assignment:
             assign.append(TopicPartition(tp.topic, tp.partition,
                                          owned.durability.next_offsets.get(tp.topic, 0)))
         consumer.assign(assign)
+        self.positions.positioned(assign)
         self._index()
         self.board.changed = True
         self.on_takeover()
@@ -177,7 +181,9 @@ class Assignment:
         self.owned.update(fresh)
         for (_, p), owned in fresh.items():
             for t in owned.route.settings.inputs:
-                consumer.seek(TopicPartition(t, p, owned.durability.next_offsets[t]))
+                at = TopicPartition(t, p, owned.durability.next_offsets[t])
+                consumer.seek(at)
+                self.positions.positioned([at])
         self._index()
         self.board.changed = True
 

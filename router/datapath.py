@@ -290,6 +290,19 @@ class DataPath:
             except KafkaException as exc:  # not assigned any more: nothing to resume
                 log.info("resuming %s: %s", sorted(tps), exc)
 
+    def _check_positions(self, msgs: list[Message]) -> list[Message]:
+        """The first record of each partition the data path positioned must come from that
+        position (router.positions); a partition that skipped ahead is put there again, and
+        its records of this batch are left undecided."""
+        assert self._consumer is not None and self._parts is not None
+        check = self._parts.positions.check(self._consumer, msgs, self._parts.by_tp)
+        if check.seek:
+            self._resume_set_aside({(tp.topic, tp.partition) for tp in check.seek})
+            for tp in check.seek:
+                self._kept_back.pop((tp.topic, tp.partition), None)
+                self._consumer.seek(tp)
+        return check.kept
+
     def _note_takeover(self) -> None:
         """After the group assigned partitions: recovering counts as progress. The first time,
         the worker says it is ready: its consumer has joined the group and got its first
@@ -344,6 +357,7 @@ class DataPath:
         self._writer.reset()
         self._consumer_fatal = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
+        self._parts.positions.clear()
         self._leader_suspect = set()
         self._kept_back.clear()
         if old is not None:
@@ -400,6 +414,7 @@ class DataPath:
         self.clock.polled()
         self._raise_if_consumer_failed()
         progressed = bool(msgs) or self._took_over
+        msgs = self._check_positions(msgs)
         with batch_gc_pause():
             assert self._end is not None
             stale = self._end.settle()  # the last batch's commits ran during the consume

@@ -1,0 +1,104 @@
+"""router.positions on a real broker: the first record a positioned partition delivers is
+checked against the position the data path gave it.
+
+A client that lost a position is the boundary here: the test records a position without
+giving it to the client (which is where the client lost it), and the check finds the partition
+delivering from elsewhere, leaves those records undecided and has it put back. A position on
+a transaction marker, with nothing to read before the next record, is accepted once the same
+record comes first twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from router.positions import PositionCheck
+
+pytestmark = pytest.mark.broker
+
+
+def consumer(bootstrap: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                     "enable.auto.commit": False, "isolation.level": "read_committed"})
+
+
+def first_batch(c: Consumer, n: int = 5, timeout: float = 20.0) -> list[Message]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msgs = [m for m in c.consume(n, 0.5) if m.error() is None]
+        if msgs:
+            return msgs
+    raise AssertionError("nothing delivered")
+
+
+def test_a_partition_delivering_past_its_position_is_put_back_and_its_records_held(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("pos", partitions=1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100):
+        p.produce(topic, str(i).encode(), partition=0)
+    p.flush(10)
+    c = consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, 0, 30)])
+        check = PositionCheck()
+        check.positioned([TopicPartition(topic, 0, 10)])   # the client never got this one
+        batch = first_batch(c)
+        assert batch[0].offset() == 30
+        found = check.check(c, batch, [(topic, 0)])
+        assert found.kept == [] and [(t.topic, t.partition, t.offset) for t in found.seek] \
+            == [(topic, 0, 10)]
+        c.seek(found.seek[0])
+        again = first_batch(c)
+        confirmed = check.check(c, again, [(topic, 0)])
+        assert again[0].offset() == 10 and confirmed.kept == again and confirmed.seek == []
+        assert check.expected == {}   # confirmed: later batches are not scanned
+    finally:
+        c.close()
+
+
+def test_a_position_with_nothing_before_the_next_record_is_accepted_when_it_repeats(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("pos", partitions=1)
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"t-{topic}"})
+    p.init_transactions(30)
+    for _ in range(2):
+        p.begin_transaction()
+        for i in range(5):
+            p.produce(topic, str(i).encode(), partition=0)
+        p.commit_transaction(30)   # offsets 0-4 and a marker at 5, then 6-10 and 11
+    c = consumer(bootstrap)
+    try:
+        at = TopicPartition(topic, 0, 5)   # the first transaction's marker
+        c.assign([at])
+        check = PositionCheck()
+        check.positioned([at])
+        batch = first_batch(c)
+        assert batch[0].offset() == 6
+        found = check.check(c, batch, [(topic, 0)])
+        assert found.kept == [] and len(found.seek) == 1
+        c.seek(found.seek[0])
+        again = first_batch(c)
+        accepted = check.check(c, again, [(topic, 0)])
+        assert again[0].offset() == 6 and accepted.kept == again and accepted.seek == []
+        assert check.expected == {}
+    finally:
+        c.close()
+
+
+def test_a_partition_given_up_is_no_longer_waited_for(bootstrap: str,
+                                                     topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("pos", partitions=2)
+    c = consumer(bootstrap)
+    try:
+        check = PositionCheck()
+        check.positioned([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+        assert check.check(c, [], [(topic, 1)]).kept == []
+        assert set(check.expected) == {(topic, 1)}
+    finally:
+        c.close()

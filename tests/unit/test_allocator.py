@@ -18,14 +18,19 @@ import pytest
 
 from router import allocator
 
-PROBE = """
-import ctypes, sys
-from router.allocator import fastbins_off
-if sys.argv[1] == "off":
-    print(fastbins_off())
+# Each probe's C allocator, as ctypes sees it.
+LIBC = """
+import ctypes
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
+"""
+
+PROBE = LIBC + """
+import sys
+from router.allocator import fastbins_off
+if sys.argv[1] == "off":
+    print(fastbins_off())
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
                                                "usmblks", "fsmblks", "uordblks", "fordblks",
@@ -57,14 +62,11 @@ def test_another_c_library_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> 
     assert allocator.fastbins_off() == "as the C library has it (musl)"
 
 
-ARENAS_PROBE = """
-import ctypes, os, sys, tempfile, threading
+ARENAS_PROBE = LIBC + """
+import os, sys, tempfile, threading
 from router.allocator import cap_arenas
 if sys.argv[1] == "capped":
     print(cap_arenas())
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
 held = threading.Barrier(9)
 def allocate():
     chunks = [libc.malloc(4096) for _ in range(50)]
@@ -103,12 +105,9 @@ def test_threads_share_the_capped_arenas_instead_of_one_each() -> None:
     assert said == f"{allocator.ARENA_MAX} arenas" and int(arenas) <= allocator.ARENA_MAX
 
 
-TRIM_PROBE = """
-import ctypes, sys, threading
+TRIM_PROBE = LIBC + """
+import threading
 from router.allocator import give_back_free_memory
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
 def rss_kb():
     status = open("/proc/self/status").read().splitlines()
     return int(next(line for line in status if line.startswith("VmRSS")).split()[1])

@@ -19,7 +19,7 @@ markers, or records deleted by retention), and goes on from there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -64,19 +64,19 @@ class PositionCheck:
         """A new consumer: nothing it was positioned at yet."""
         self.expected.clear()
 
-    def check(self, consumer: Consumer, msgs: Sequence[Message],
+    def check(self, consumer: Consumer, msgs: list[Message],
               owned: Iterable[RawPartition]) -> Recheck:
         """Check the first record of each positioned partition in ``msgs``. Costs a scan of
         the batch only while a position waits for its first record, and only when the client
         says it delivered one (its position moved)."""
         if not self.expected:
-            return Recheck(list(msgs))
+            return Recheck(msgs)
         mine = set(owned)
         for gone in set(self.expected) - mine:
             del self.expected[gone]
         delivered = self._delivered(consumer)
         if not delivered:
-            return Recheck(list(msgs))
+            return Recheck(msgs)
         first: dict[RawPartition, int] = {}
         for m in msgs:
             if m.error() is not None:
@@ -104,7 +104,7 @@ class PositionCheck:
             e.last_first = offset
             again.append(TopicPartition(key[0], key[1], e.offset))
         if not again:
-            return Recheck(list(msgs))
+            return Recheck(msgs)
         dropped = {(tp.topic, tp.partition) for tp in again}
         kept = [m for m in msgs
                 if m.error() is not None or (m.topic(), m.partition()) not in dropped]

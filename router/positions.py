@@ -13,7 +13,10 @@ or at it is right (below: the client reset an out-of-range position, and what wa
 known from the output). Above it, the records in between may be missing: that partition's
 records of the batch are not decided, and it is sought to its position again. A partition
 that comes back with the same first record twice has nothing in between to read (transaction
-markers, or records deleted by retention), and goes on from there.
+markers, or records deleted by retention), and goes on from there. One that keeps skipping
+ahead after ``MAX_RESEEKS`` seeks is never let go on: the client is rebuilt
+(:class:`router.errors.ConsumerFailed`), and the new one is assigned the partition at its
+resume offsets.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
+from router.errors import ConsumerFailed
+
 log = logging.getLogger("cutover.router")
 
 RawPartition = tuple[str, int]   # (raw topic, partition)
 
-# Seeks again after a first record above the position, before the partition goes on from
-# whatever it delivers (each one is logged).
+# Seeks after a first record above the position, each logged, before the client is rebuilt.
 MAX_RESEEKS = 5
 
 
@@ -68,7 +72,9 @@ class PositionCheck:
               owned: Iterable[RawPartition]) -> Recheck:
         """Check the first record of each positioned partition in ``msgs``. Costs a scan of
         the batch only while a position waits for its first record, and only when the client
-        says it delivered one (its position moved)."""
+        says it delivered one (its position moved).
+
+        @raises ConsumerFailed: a partition skipped ahead after ``MAX_RESEEKS`` seeks."""
         if not self.expected:
             return Recheck(msgs)
         mine = set(owned)
@@ -89,13 +95,17 @@ class PositionCheck:
         again: list[TopicPartition] = []
         for key, offset in first.items():
             e = self.expected[key]
-            if offset <= e.offset or offset == e.last_first or e.reseeks >= MAX_RESEEKS:
+            if offset <= e.offset or offset == e.last_first:
                 if offset > e.offset:
                     log.info("%s:%d delivered from offset %d after it was put at %d, again: "
                              "nothing to read in between (transaction markers or records "
                              "deleted by retention)", key[0], key[1], offset, e.offset)
                 del self.expected[key]
                 continue
+            if e.reseeks >= MAX_RESEEKS:
+                raise ConsumerFailed(f"{key[0]}:{key[1]} was put at offset {e.offset} "
+                                     f"{e.reseeks + 1} times and delivered from past it each "
+                                     f"time (last from {offset})")
             log.warning("%s:%d was put at offset %d and delivered from %d first: its records "
                         "of this batch are not decided and it is put at %d again (the client "
                         "may have lost the position)", key[0], key[1], e.offset, offset,

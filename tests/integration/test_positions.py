@@ -3,9 +3,9 @@ checked against the position the data path gave it.
 
 A client that lost a position is the boundary here: the test records a position without
 giving it to the client (which is where the client lost it), and the check finds the partition
-delivering from elsewhere, leaves those records undecided and has it put back. A position on
-a transaction marker, with nothing to read before the next record, is accepted once the same
-record comes first twice.
+delivering from elsewhere, leaves those records undecided and has it put back; a client that
+keeps losing it is given up. A position on a transaction marker, with nothing to read before
+the next record, is accepted once the same record comes first twice.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from router.positions import PositionCheck
+from router.errors import ConsumerFailed
+from router.positions import MAX_RESEEKS, PositionCheck
 
 pytestmark = pytest.mark.broker
 
@@ -58,6 +59,26 @@ def test_a_partition_delivering_past_its_position_is_put_back_and_its_records_he
         confirmed = check.check(c, again, [(topic, 0)])
         assert again[0].offset() == 10 and confirmed.kept == again and confirmed.seek == []
         assert check.expected == {}   # confirmed: later batches are not scanned
+    finally:
+        c.close()
+
+
+def test_a_client_that_keeps_losing_a_position_is_given_up(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory("pos", partitions=1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100):
+        p.produce(topic, str(i).encode(), partition=0)
+    p.flush(10)
+    c = consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, 0, 30)])
+        check = PositionCheck()
+        check.positioned([TopicPartition(topic, 0, 10)])   # never given to the client
+        for _ in range(MAX_RESEEKS):
+            assert len(check.check(c, first_batch(c), [(topic, 0)]).seek) == 1
+        with pytest.raises(ConsumerFailed, match="delivered from past it"):
+            check.check(c, first_batch(c), [(topic, 0)])
     finally:
         c.close()
 

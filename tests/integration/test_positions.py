@@ -10,9 +10,10 @@ the next record, is accepted once the same record comes first twice.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -28,6 +29,32 @@ def consumer(bootstrap: str) -> Consumer:
                      "enable.auto.commit": False, "isolation.level": "read_committed"})
 
 
+def hundred_records(bootstrap: str, topic_factory: Callable[..., str]) -> str:
+    """A one-partition topic holding offsets 0-99."""
+    topic = topic_factory("pos", partitions=1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100):
+        p.produce(topic, str(i).encode(), partition=0)
+    p.flush(10)
+    return topic
+
+
+@contextlib.contextmanager
+def a_lost_position(bootstrap: str, topic_factory: Callable[..., str]
+                    ) -> Iterator[tuple[str, Consumer, PositionCheck]]:
+    """A hundred records; the client reads from offset 30 while the check was told 10 (the
+    position the client lost)."""
+    topic = hundred_records(bootstrap, topic_factory)
+    c = consumer(bootstrap)
+    try:
+        c.assign([TopicPartition(topic, 0, 30)])
+        check = PositionCheck()
+        check.positioned([TopicPartition(topic, 0, 10)])
+        yield topic, c, check
+    finally:
+        c.close()
+
+
 def first_batch(c: Consumer, n: int = 5, timeout: float = 20.0) -> list[Message]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -39,16 +66,7 @@ def first_batch(c: Consumer, n: int = 5, timeout: float = 20.0) -> list[Message]
 
 def test_a_partition_delivering_past_its_position_is_put_back_and_its_records_held(
         bootstrap: str, topic_factory: Callable[..., str]) -> None:
-    topic = topic_factory("pos", partitions=1)
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(100):
-        p.produce(topic, str(i).encode(), partition=0)
-    p.flush(10)
-    c = consumer(bootstrap)
-    try:
-        c.assign([TopicPartition(topic, 0, 30)])
-        check = PositionCheck()
-        check.positioned([TopicPartition(topic, 0, 10)])   # the client never got this one
+    with a_lost_position(bootstrap, topic_factory) as (topic, c, check):
         batch = first_batch(c)
         assert batch[0].offset() == 30
         found = check.check(c, batch, [(topic, 0)])
@@ -59,28 +77,15 @@ def test_a_partition_delivering_past_its_position_is_put_back_and_its_records_he
         confirmed = check.check(c, again, [(topic, 0)])
         assert again[0].offset() == 10 and confirmed.kept == again and confirmed.seek == []
         assert check.expected == {}   # confirmed: later batches are not scanned
-    finally:
-        c.close()
 
 
 def test_a_client_that_keeps_losing_a_position_is_given_up(
         bootstrap: str, topic_factory: Callable[..., str]) -> None:
-    topic = topic_factory("pos", partitions=1)
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(100):
-        p.produce(topic, str(i).encode(), partition=0)
-    p.flush(10)
-    c = consumer(bootstrap)
-    try:
-        c.assign([TopicPartition(topic, 0, 30)])
-        check = PositionCheck()
-        check.positioned([TopicPartition(topic, 0, 10)])   # never given to the client
+    with a_lost_position(bootstrap, topic_factory) as (topic, c, check):
         for _ in range(MAX_RESEEKS):
             assert len(check.check(c, first_batch(c), [(topic, 0)]).seek) == 1
         with pytest.raises(ConsumerFailed, match="delivered from past it"):
             check.check(c, first_batch(c), [(topic, 0)])
-    finally:
-        c.close()
 
 
 def test_a_position_with_nothing_before_the_next_record_is_accepted_when_it_repeats(

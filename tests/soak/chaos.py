@@ -1,7 +1,8 @@
 """One chaos run: a route on a three-broker cluster, workers, the workload, plans switching back
 and forth, faults, and at the end the checker's verdict and each fault's gaps.
 
-The same run serves the 30-minute soak (faults chosen at random, one every 60-90 s) and the
+The same run serves the 30-minute soak (faults at random times, one every 60-90 s, their kinds
+drawn in shuffled rounds so that every kind comes up in every run) and the
 fault cells of the conformance grid (a fixed list of faults, a shorter run). It bounds itself
 in time and stops every worker it started, whatever happens; the cluster belongs to the
 caller.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -183,6 +184,7 @@ def _fault_loop(s: ChaosSettings, rng: random.Random, injector: FaultInjector,
     records: list[FaultRecord] = []
     end_at = time.time() + s.minutes * 60
     queue = list(s.schedule) if s.schedule is not None else None
+    draws = fault_kinds(rng, s.kinds)
     while queue is None or queue:
         at = time.time()
         if records:
@@ -191,13 +193,23 @@ def _fault_loop(s: ChaosSettings, rng: random.Random, injector: FaultInjector,
         if queue is None and at >= end_at:
             break
         _sleep_sampling(pool, res, at - time.time())
-        kind = queue.pop(0) if queue is not None else rng.choice(s.kinds)
+        kind = queue.pop(0) if queue is not None else next(draws)
         say(f"{time.strftime('%H:%M:%S')} fault {len(records) + 1}: {kind.value} ...")
         rec = injector.inject(kind)
         records.append(rec)
         say(f"{time.strftime('%H:%M:%S')}   {rec.target} ({rec.ended - rec.started:.0f} s)"
             f"{''.join('; ' + n for n in rec.notes)}")
     return records
+
+
+def fault_kinds(rng: random.Random, kinds: tuple[FaultKind, ...]) -> Iterator[FaultKind]:
+    """Rounds of every kind once, each round in a new random order: a run of ``len(kinds)``
+    faults or more meets every kind, which drawing each fault on its own did not promise (a
+    whole 30-minute run once went without a zombie)."""
+    while True:
+        round_ = list(kinds)
+        rng.shuffle(round_)
+        yield from round_
 
 
 def _sleep_sampling(pool: WorkerPool, res: ChaosResult, seconds: float) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from tests.soak.chaos import ChaosResult, FaultOutcome
 from tests.soak.cluster_faults import WHAT_IT_DOES, FaultKind
 from tests.soak.router_workers import LIVENESS_FAILURE_S, STORE_CACHE_BYTES
-from tests.soak.rss import RSS_TOLERANCE, rss_flat
+from tests.soak.rss import END_WINDOW_S, RSS_TOLERANCE, WorkerRss, rss_flat
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "soak.md"
 MIN_FAULTS_PER_30_MIN = 20
@@ -173,12 +173,15 @@ def render(r: ChaosResult, kafka: str) -> str:
         "(`store_memory.block_cache_bytes` and `write_buffer_bytes`), full minutes into the run: "
         "memory that fills a bounded cache is not growth. *Stores*: what the block cache and the "
         "memtables held (`/metrics`), and *threads* the process's threads, after the first fault "
-        "and at the end.",
+        "and at the end. *End*: the lowest sample of the process's last "
+        f"{END_WINDOW_S:.0f} s, memory it holds rather than a recovery's passing peak (its very "
+        "last sample in brackets when higher).",
         "",
         "| worker | pid | start | after the first fault | end | stores | threads | "
         "judged over (s) | result |",
         "|---|---:|---:|---:|---:|---|---|---:|---|",
-        *(f"| {x.instance_id} | {x.pid} | {x.start_mb} | {x.reference_mb or '-'} | {x.end_mb} | "
+        *(f"| {x.instance_id} | {x.pid} | {x.start_mb} | {x.reference_mb or '-'} | "
+          f"{x.end_mb}{_last(x)} | "
           f"{_stores(x.reference_stores_mb)} → {_stores(x.end_stores_mb)} | "
           f"{_stores(x.reference_threads)} → {_stores(x.end_threads)} | "
           f"{x.span_s:.0f} | {_rss_mark(x.judged, x.flat)} |" for x in r.rss),
@@ -198,6 +201,10 @@ def render(r: ChaosResult, kafka: str) -> str:
 
 def _stores(value: float | None) -> str:
     return "-" if value is None else f"{value}"
+
+
+def _last(x: WorkerRss) -> str:
+    return f" ({x.last_mb})" if x.last_mb is not None and x.last_mb > x.end_mb else ""
 
 
 def _rss_mark(judged: bool, flat: bool) -> str:

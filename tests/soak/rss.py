@@ -2,9 +2,13 @@
 
 Per worker process: its resident memory at its first sample (start), at its reference point
 (the first sample once the first fault is over and the process has run a minute: start-up
-caches filled), and at its last sample (end). A process is judged when at least ``min_span_s``
-separate its reference and its end; the target holds when every judged process ends within
-15% of its reference, and some process was judged.
+caches filled), and at its end: the lowest sample of its last ``END_WINDOW_S``, which is
+memory it holds, not a recovery's passing peak (a worker that has just rebuilt its stores from
+the output log, as a resumed zombie does, allocates for it and gives the free pages back
+within its trim period, router.allocator; a leak raises the lowest sample too). Its very last
+sample is kept beside (``last_mb``). A process is judged when at least ``min_span_s`` separate
+its reference and its end; the target holds when every judged process ends within 15% of its
+reference, and some process was judged.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from tests.soak.router_workers import RssSample, Worker
 
 RSS_TOLERANCE = 0.15
 WARM_S = 60.0
+END_WINDOW_S = 90.0   # three of the worker's free-memory trim periods
 
 
 class WorkerRss(BaseModel):
@@ -26,7 +31,8 @@ class WorkerRss(BaseModel):
     pid: int
     start_mb: float
     reference_mb: float | None
-    end_mb: float
+    end_mb: float           # the lowest sample of the last END_WINDOW_S
+    last_mb: float | None = None   # the very last sample
     # the stores' block cache and memtables at the reference and at the end (/metrics)
     reference_stores_mb: float | None = None
     end_stores_mb: float | None = None
@@ -50,12 +56,15 @@ def rss_summary(workers: Iterable[Worker], first_fault_end: float,
             by_pid.setdefault(sample.pid, []).append(sample)
         for pid, samples in by_pid.items():
             first, last = samples[0], samples[-1]
+            end = min((x for x in samples if x.at >= last.at - END_WINDOW_S),
+                      key=lambda x: x.rss_mb)
             ref = next((x for x in samples
                         if x.at >= max(first_fault_end, first.at + WARM_S)), None)
             span = last.at - ref.at if ref is not None else 0.0
             out.append(WorkerRss(instance_id=w.instance_id, pid=pid, start_mb=first.rss_mb,
                                  reference_mb=ref.rss_mb if ref is not None else None,
-                                 end_mb=last.rss_mb, span_s=round(span, 1),
+                                 end_mb=end.rss_mb, last_mb=last.rss_mb,
+                                 span_s=round(span, 1),
                                  reference_stores_mb=ref.stores_mb if ref is not None else None,
                                  end_stores_mb=last.stores_mb,
                                  reference_threads=ref.threads if ref is not None else None,

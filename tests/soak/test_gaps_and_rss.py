@@ -54,3 +54,13 @@ def test_a_process_restarted_late_is_listed_but_not_judged() -> None:
     rows = rss_summary([w], 90, 300)
     assert [(r.pid, r.judged) for r in rows] == [(1, False), (2, False)]
     assert rss_flat(rows) is None
+
+
+def test_the_end_is_memory_held_not_a_recovery_s_passing_peak() -> None:
+    # a worker that rebuilt its stores just before it ended: its last sample spikes
+    spike = _worker([(0, 1, 100.0), (100, 1, 200.0), (650, 1, 205.0), (700, 1, 260.0)])
+    rows = rss_summary([spike], 90, 300)
+    assert [(r.end_mb, r.last_mb, r.flat) for r in rows] == [(205.0, 260.0, True)]
+    # growth that lasts the whole window is growth
+    held = _worker([(0, 1, 100.0), (100, 1, 200.0), (650, 1, 240.0), (700, 1, 260.0)])
+    assert rss_flat(rss_summary([held], 90, 300)) is False

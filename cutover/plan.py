@@ -126,12 +126,13 @@ def plan_key_from_env() -> bytes | None:
 
 
 def parse_plan(
-    raw: bytes | str | dict[str, Any],
+    raw: bytes | str | dict[str, Any] | None,
     *,
     route: str | None = None,
     key: bytes | None = None,
 ) -> CutoverPlan:
-    """Validate one control-topic value; raise :class:`PlanRejected` with a reason.
+    """Validate one control-topic value (None: a tombstone, rejected); raise
+    :class:`PlanRejected` with a reason.
 
     ``route`` is the record key (the plan must name the same route); ``key`` is the signing key,
     and when it is set an unsigned or badly signed plan is rejected.
@@ -186,7 +187,7 @@ class PlanBook:
         try:
             if route is None:
                 raise PlanRejected("control record has no key (the key is the route name)")
-            plan = parse_plan(raw, route=route, key=self.key)  # type: ignore[arg-type]
+            plan = parse_plan(raw, route=route, key=self.key)
         except PlanRejected as rejected:
             return "rejected", rejected
         held = self.plans.get(plan.route)

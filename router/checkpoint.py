@@ -64,10 +64,11 @@ def read_checkpoints(conf: dict[str, Any], topic: str,
     out: dict[tuple[str, int], Checkpoint] = {}
     for msg in read_to_end(conf, topic):
         rp = keys.get(msg.key() or b"")
-        if rp is None or msg.value() is None:
+        value = msg.value()
+        if rp is None or value is None:
             continue
         try:
-            ck = Checkpoint.model_validate_json(msg.value())
+            ck = Checkpoint.model_validate_json(value)
         except ValidationError:
             continue
         held = out.get(rp)

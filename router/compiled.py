@@ -36,11 +36,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from confluent_kafka import KafkaException, Message, Producer
 
 from cutover import headers as hdr
+from cutover.kafka_types import DataMessage
 from router.dedup_filter import MASK_SHIFT, MASKS
 from router.identity import record_identity
 from router.inline_output import InlineStream
@@ -93,14 +94,23 @@ def _loaded_librdkafka() -> str | None:
     return None
 
 
+class _SampleFields(TypedDict):
+    """The fields of the Message built to check the layout on."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
 def _use_direct_reads(rdkafka: str | None) -> str | None:
     """Turn on direct reads of consumed records (router/_message.h, ``CKMessage``), with
     librdkafka's functions from ``rdkafka`` (:func:`_loaded_librdkafka`): None, or why they stay
     off."""
     assert _fastpath is not None
     headers = [("cutover-layout", b"1")]
-    fields = {"topic": "cutover-layout-check", "partition": 7, "offset": 123_456_789_012,
-              "timestamp": 1_700_000_000_123}
+    fields: _SampleFields = {"topic": "cutover-layout-check", "partition": 7,
+                             "offset": 123_456_789_012, "timestamp": 1_700_000_000_123}
     try:
         sample = Message(topic=fields["topic"], partition=fields["partition"],
                          offset=fields["offset"], headers=headers,
@@ -160,6 +170,8 @@ class CompiledLoop:
             msg = msgs[i]
             run = None
             if msg.error() is None:
+                if TYPE_CHECKING:  # a record (cutover.kafka_types); a cast costs a call
+                    msg = cast(DataMessage, msg)
                 tp = (msg.topic(), msg.partition())
                 if tp in runs:
                     run = runs[tp]

@@ -164,9 +164,10 @@ def _plans_in(conf: dict[str, Any], topic: str, routes: set[str], key: bytes | N
     best: dict[str, CutoverPlan] = {}
     unreadable: dict[str, str] = {}  # worker -> why (a newer worker's status, usually)
     for msg in read_to_end(conf, topic, starts):
-        if msg.key() is None or msg.value() is None:
+        value = msg.value()
+        if msg.key() is None or value is None:
             continue
-        status = read_status(msg.value())
+        status = read_status(value)
         if status is None:
             continue
         if isinstance(status, UnreadableStatus):

@@ -250,12 +250,12 @@ class OutputWriter:
         dur = owned.durability
         rb = ReadBack(end=start)
         resume, _ = dur.resume_point(owned.held_refs())
-        foreign: dict[bytes, tuple[str, int] | None] = {}
+        foreign: dict[bytes | None, tuple[str, int] | None] = {}
         found = Identities()
         twice = 0
         for msg in read_to_end(self.conf, rs.output, {p: start}):
             src_raw = next((v for k, v in msg.headers() or () if k == SRC), b"")
-            if ours.get(src_raw, 0) > 0:
+            if src_raw is not None and ours.get(src_raw, 0) > 0:  # None: bg.src with no value
                 ours[src_raw] -= 1   # one of ours
                 continue
             src = note(rb, msg, resume, owned.route.identity, found)

@@ -13,9 +13,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from confluent_kafka import Message
-
 from cutover.headers import EVENT_TIME, SRC
+from cutover.kafka_types import DataMessage
 from router.dedup_store import DedupStore
 from router.identity import IdentityError, IdentityFn
 from router.kafka_io import read_to_end
@@ -81,7 +80,7 @@ def read_back_outputs(conf: dict[str, Any], output: str, wanted: dict[int, ReadB
     return out
 
 
-def note(rb: ReadBack, msg: Message, resume: dict[str, int], identity: IdentityFn,
+def note(rb: ReadBack, msg: DataMessage, resume: dict[str, int], identity: IdentityFn,
          store: IdentitySink) -> tuple[str, int] | None:
     """Account one output record read back; return its (raw topic, offset) if it has one."""
     rb.records += 1

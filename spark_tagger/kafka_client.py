@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -21,6 +21,8 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+
+from cutover.kafka_types import DataMessage, PartitionEnd
 
 T = TypeVar("T")
 
@@ -155,17 +157,19 @@ class EndOffsetProbe:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        ends[tp] = msg.offset()
-                        firsts.setdefault(tp, msg.offset())
+                        end = cast(PartitionEnd, msg).offset()
+                        ends[tp] = end
+                        firsts.setdefault(tp, end)
                     elif err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART,
                                         KafkaError._UNKNOWN_PARTITION):
                         raise KafkaException(err)
                     continue
-                firsts.setdefault(tp, msg.offset())
+                offset = cast(DataMessage, msg).offset()
+                firsts.setdefault(tp, offset)
                 _, high = self._consumer.get_watermark_offsets(
                     TopicPartition(tp[0], tp[1]), cached=True
                 )
-                ends[tp] = max(high, msg.offset() + 1)
+                ends[tp] = max(high, offset + 1)
         finally:
             self._consumer.unassign()
         for tp, end in ends.items():

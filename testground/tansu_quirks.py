@@ -16,10 +16,12 @@ from __future__ import annotations
 import functools
 import os
 import time
+from typing import cast
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from cutover.kafka_types import DataMessage, PartitionEnd
 from cutover.topic_admin import BrokerError
 
 TANSU_CLUSTER_ID = "tansu_cluster"
@@ -71,10 +73,13 @@ def tansu_end_offsets(
                     if high >= 0 and high != -1001 and low >= 0:
                         ends.setdefault(p, high)
                 continue
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF: offset is the end
-                    ends[msg.partition()] = msg.offset()
+            err = msg.error()
+            if err is not None:
+                if err.code() == -191:  # _PARTITION_EOF: offset is the end
+                    eof = cast(PartitionEnd, msg)
+                    ends[eof.partition()] = eof.offset()
                 continue
+            msg = cast(DataMessage, msg)
             _, high = consumer.get_watermark_offsets(
                 TopicPartition(topic, msg.partition()), cached=True
             )

@@ -18,12 +18,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pydantic import ValidationError
 
 from cutover.kafka_errors import denial, principal_of
+from cutover.kafka_types import DataMessage
 from cutover.plan import CutoverPlan, PlanRejected, parse_plan, plan_key_from_env, sign_plan, utcnow
 from cutover.readiness import PartitionProgress, progress_of, readiness
 from cutover.rollout.journal import RolloutRecord, parse_record, route_of_key
@@ -175,18 +176,19 @@ class _Follower:
         self.consumer = c
         return True
 
-    def read_new(self, timeout: float = 30.0) -> list[Message]:
+    def read_new(self, timeout: float = 30.0) -> list[DataMessage]:
         if self.consumer is None and not self._open():
             return []
         c = self.consumer
         assert c is not None
-        out: list[Message] = []
+        out: list[DataMessage] = []
         deadline = time.monotonic() + timeout
         asked = False
         while True:
             msgs = c.consume(5000, 0.02)
             for msg in msgs:
                 if msg.error() is None:
+                    msg = cast(DataMessage, msg)
                     self.pos[msg.partition()] = msg.offset() + 1
                     out.append(msg)
                 elif refused := denial(msg.error(), self.topic, self.conf, "Read"):
@@ -304,18 +306,19 @@ class StateReader:
         for rs in self.state.values():
             rs.rollout_log = []
         for msg in self.status.read_new():
-            if msg.value() is None:
+            value = msg.value()
+            if value is None:
                 continue
             journaled = route_of_key(msg.key())
             if journaled is not None:  # a rollout's journal (cutover.rollout.journal)
                 if route is None or journaled == route:
                     with contextlib.suppress(ValidationError, ValueError):
-                        rec = parse_record(msg.value())
+                        rec = parse_record(value)
                         rs = self._state(journaled)
                         rs.rollout = rec
                         rs.rollout_log.append(rec)
                 continue
-            st = read_status(msg.value())
+            st = read_status(value)
             if st is None:
                 continue
             if isinstance(st, UnreadableStatus):

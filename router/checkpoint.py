@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cutover.plan import utcnow
@@ -88,7 +88,7 @@ def write_checkpoints(producer: Producer, topic: str, checkpoints: list[Checkpoi
     """Produce and wait for every checkpoint; raise if one was not stored."""
     errors: list[str] = []
 
-    def on_delivery(err: Any, _msg: Any) -> None:
+    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             errors.append(str(err))
 

@@ -24,11 +24,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from cutover.headers import ERROR, SRC
+from cutover.kafka_types import DataMessage
 from router.durability import Durability, Headers, Ref
 from router.errors import OutputWriteFailed
 from router.inline_output import InlineStream
@@ -43,7 +44,7 @@ log = logging.getLogger("cutover.router")
 # last header), None for dead letters and shadow copies.
 Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
 Destination = tuple[str, int]   # (topic, partition) written to
-Report = Callable[[Any, Any], None]
+Report = Callable[[KafkaError | None, Message], None]
 # A destination's producer, the delivery report of its records (None: no report) and that of
 # its last record (with transactions only that one reports: :func:`last_records`).
 Sink = tuple[Producer, Report | None, Report | None]
@@ -388,17 +389,19 @@ class Sent:
         errors = self.errors.setdefault(id(producer), [])
         self.producers[id(producer)] = producer
 
-        def on_delivery(err: Any, _msg: Any) -> None:
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
                 errors.append(str(err))
 
         if tracked is None:
             return producer, on_delivery, on_delivery
 
-        def on_output(err: Any, msg: Any) -> None:
+        def on_output(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 errors.append(str(err))
             else:
+                if TYPE_CHECKING:  # delivered (acks=all): its offset is set; a cast costs a call
+                    msg = cast(DataMessage, msg)
                 tracked.delivered(msg.offset())
 
         return producer, on_output if every else None, on_output

@@ -9,8 +9,6 @@ The checkpoint topic is created, compacted, when it is missing.
 
 from __future__ import annotations
 
-from typing import Any
-
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -71,8 +69,7 @@ def ensure_checkpoint_topic(settings: RouterSettings, topic: str) -> None:
     admin = AdminClient(client_conf(settings, "admin"))
     if topic in admin.list_topics(timeout=10).topics:
         return
-    fut: dict[str, Any] = admin.create_topics([NewTopic(topic, 1,
-                                                        config=STATE_TOPIC_CONFIG)])
+    fut = admin.create_topics([NewTopic(topic, 1, config=STATE_TOPIC_CONFIG)])
     try:
         fut[topic].result(15)
     except KafkaException as exc:

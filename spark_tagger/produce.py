@@ -20,6 +20,7 @@ from spark_tagger.partitioner import partition_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from confluent_kafka import KafkaError, Message, Producer
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +73,14 @@ def produce_batches(batches: Iterator[pa.RecordBatch], opts: SinkOptions) -> Pro
         raise
 
 
-def _produce(batches: Iterator[pa.RecordBatch], opts: SinkOptions, producer: Any) -> ProduceStats:
+def _produce(batches: Iterator[pa.RecordBatch], opts: SinkOptions,
+             producer: Producer) -> ProduceStats:
     partitions: dict[str, int] = {}
     errors: list[str] = []
     stats = ProduceStats()
     tagging = opts.tagging
 
-    def on_delivery(err: Any, msg: Any) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             errors.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,7 @@ from spark_tagger.produce import ProduceError, produce_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from confluent_kafka import KafkaError, Message
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -118,7 +119,7 @@ def send_heartbeats(sink: SinkOptions, topic: str, version: str, watermark: int 
     headers = heartbeat_headers(version, watermark, batch_id)
     errors: list[str] = []
 
-    def on_delivery(err: Any, msg: Any) -> None:
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             errors.append(f"{msg.partition()}: {err}")
 

@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicCollection
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AclOperation, AdminClient
 from pydantic import BaseModel, ConfigDict
 
 from cutover.access import (
@@ -162,7 +162,7 @@ def connect(conf: Mapping[str, Any]) -> AdminClient:
     return admin
 
 
-def _operations(ops: Any) -> frozenset[Operation]:
+def _operations(ops: list[AclOperation] | None) -> frozenset[Operation]:
     found = (operation_of(op) for op in (ops or ()))
     return frozenset(op for op in found if op is not None)
 

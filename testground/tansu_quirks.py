@@ -18,7 +18,7 @@ import os
 import time
 from typing import cast
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cutover.kafka_types import DataMessage, PartitionEnd
@@ -75,7 +75,7 @@ def tansu_end_offsets(
                 continue
             err = msg.error()
             if err is not None:
-                if err.code() == -191:  # _PARTITION_EOF: offset is the end
+                if err.code() == KafkaError._PARTITION_EOF:  # offset is the end
                     eof = cast(PartitionEnd, msg)
                     ends[eof.partition()] = eof.offset()
                 continue

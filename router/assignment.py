@@ -3,8 +3,9 @@
 Rebalance callbacks run only inside the data consumer's ``consume()``, between batches
 (router.datapath), so a partition is never given up with output of it undelivered. Taking a
 partition over reads its newest checkpoint and rebuilds its state (router.takeover); with
-transactions its producer is started first, which fences the previous owner. A batch whose
-transaction aborted is taken over again the same way and replayed from its checkpoint.
+transactions the worker's producers are started first and the open transactions of previous
+owners on the partitions ended (router.fencing). A batch whose transaction aborted is taken
+over again the same way and replayed from its checkpoint.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cutover.plan import CutoverPlan
 from cutover.settings import RouterSettings
-from router.checkpoint import read_checkpoints
-from router.kafka_io import client_conf, wait_stable
+from router.checkpoint import last_written, read_checkpoints
+from router.fencing import end_open_transactions
+from router.kafka_io import client_conf
 from router.partition import Owned, RouteRuntime
 from router.positions import PositionCheck
 from router.status_publisher import StatusBoard
 from router.store_memory import StoreMemory
 from router.takeover import take_over
-from router.transactions import PartitionKey, PartitionTransactions
+from router.transactions import PartitionKey, WorkerTransactions
 
 log = logging.getLogger("cutover.router")
 
@@ -40,7 +42,7 @@ class Assignment:
     topic_route: dict[str, RouteRuntime]
     plans: dict[str, CutoverPlan]
     ckpt_topic: str
-    txn: PartitionTransactions | None
+    txn: WorkerTransactions | None
     board: StatusBoard
     owned: dict[PartitionKey, Owned]
     memory: StoreMemory   # what the worker's dedup stores share
@@ -61,7 +63,7 @@ class Assignment:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
         self.before_change(set(self.parked) - set(keys))   # the parked ones that moved
-        kept = [k for k in keys if k in self.parked]
+        kept = self._unwritten_since([k for k in keys if k in self.parked])
         for key in kept:
             self.owned[key] = self.parked.pop(key)
         self._close(self.parked)   # moved to another worker
@@ -86,13 +88,12 @@ class Assignment:
         """An orderly rebalance revokes every partition (the range assignment is eager),
         mostly to give most of them straight back. With transactions a revoked partition is
         parked, not closed: if the next assignment gives it back, it goes on from where it
-        stood, without a takeover (no producer start, checkpoint read or read-back), so a
-        worker joining or leaving stops only the partitions that move. Why that is safe: no
-        other worker can have written the partition in between without first starting its
-        transactional producer, which fences this worker's; the parked producer's next commit
-        then fails and the worker rebuilds and takes the partition over properly (nothing it
-        wrote after the fence is ever committed). Without transactions nothing fences, so
-        revoked partitions are given up and taken over again.
+        stood, without a takeover (no checkpoint read or read-back), so a worker joining or
+        leaving stops only the partitions that move. Why that is safe: a partition given back
+        is kept only if no other worker committed a checkpoint of it since this worker's last
+        (:meth:`_unwritten_since`); a worker that wrote it in between committed one with its
+        output, in the same transaction. Without transactions nothing fences, so revoked
+        partitions are given up and taken over again.
 
         A parked partition's commit may still be in flight: it is not waited for here (a
         commit waiting on a frozen broker would hold the worker's rejoin, and with it the
@@ -114,9 +115,9 @@ class Assignment:
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The session expired: the partitions may already be another worker's. With
         transactions they are parked as revoked ones are (:meth:`on_revoke`), and for the same
-        reason: another worker cannot have written them without fencing this worker's
-        producers first, so a partition given back that someone else wrote in between fails its
-        next commit, and the worker rebuilds and takes it over properly. A session lost to a
+        reason: a partition given back that someone else wrote in between is taken over
+        properly (:meth:`_unwritten_since`), and this worker's commits in flight with the lost
+        session's generation are refused by the group (router.transactions). A session lost to a
         moving group coordinator, after which the group gives every worker its partitions
         back, then costs no takeover. Without transactions nothing fences: they are given
         up."""
@@ -140,29 +141,29 @@ class Assignment:
         self._index()
 
     def drop(self, keys: set[PartitionKey], discard: bool = False) -> None:
-        """Give partitions up: close their stores and producers (``discard``: purged, not
-        flushed: router.transactions.PartitionTransactions.drop)."""
+        """Give partitions up: close their stores (``discard``: the worker is rebuilding its
+        clients, and its producers are reset: router.transactions.WorkerTransactions.reset)."""
         gone = {k: o for k in keys if (o := self.owned.pop(k, None)) is not None}
-        unowned = keys - gone.keys()   # their takeover did not complete: a producer at most
-        self._close(gone, discard)
-        if self.txn is not None and unowned:
-            self.txn.drop(unowned, discard=discard)
+        self._close(gone)
+        if self.txn is not None:
+            self.txn.release(keys)
+            if discard:
+                self.txn.reset()
         self._index()
 
     def drop_all(self, discard: bool = False) -> None:
         """Give every partition up, parked ones included (the worker rebuilds its clients)."""
-        self._close(self.parked, discard)
+        self._close(self.parked)
         self.drop(set(self.owned), discard)
 
-    def _close(self, parts: dict[PartitionKey, Owned], discard: bool = False) -> None:
-        """Close the stores and producers of partitions no longer this worker's; empties
-        ``parts``."""
+    def _close(self, parts: dict[PartitionKey, Owned]) -> None:
+        """Close the stores of partitions no longer this worker's; empties ``parts``."""
         for owned in parts.values():
             owned.store.close()
             self.board.partition_released(owned.route.settings.name, owned.partition,
                                           owned.router.counters)
         if self.txn is not None:
-            self.txn.drop(list(parts), discard=discard)
+            self.txn.release(parts)
         if parts:
             self.board.changed = True
             log.info("released partitions %s", sorted(parts))
@@ -187,24 +188,59 @@ class Assignment:
         self._index()
         self.board.changed = True
 
+    def _end_open_transactions(self, keys: set[PartitionKey]) -> None:
+        assert self.txn is not None
+        outputs: dict[str, set[int]] = {}
+        for route, p in keys:
+            rs = self.routes[route].settings
+            for topic in (rs.output, rs.dead_letter, rs.shadow):
+                if topic is not None:
+                    outputs.setdefault(topic, set()).add(p)
+        if not end_open_transactions(client_conf(self.settings, "producer"),
+                                     self.settings.group_id, self.txn.worker_id,
+                                     self.ckpt_topic, outputs, keys):
+            log.warning("partitions %s: a transaction stayed open on their outputs or "
+                        "checkpoints; resuming from the newest checkpoint before it (more is "
+                        "replayed, nothing is lost)", sorted(keys))
+
+    def _unwritten_since(self, keys: list[PartitionKey]) -> list[PartitionKey]:
+        """The parked partitions of ``keys`` that no other worker wrote since this worker's
+        last checkpoint of them (the others are closed and taken over again): the newest
+        checkpoint in the topic's order is still this worker's, of its ownership generation.
+        Transactions still open on them are ended first (router.fencing), since a worker that
+        received a partition in between may still be committing it."""
+        if not keys or self.txn is None:
+            return keys
+        self._end_open_transactions(set(keys))
+        last = last_written(client_conf(self.settings), self.ckpt_topic, set(keys))
+        kept = []
+        for key in keys:
+            ck, dur = last.get(key), self.parked[key].durability
+            if (ck is None and dur.seq == 0) or (
+                    ck is not None and ck.worker == self.txn.worker_id
+                    and ck.owner_gen == dur.owner_gen):
+                kept.append(key)
+            else:
+                log.info("partition %s/%d: written by %s since it was parked here; taken over "
+                         "again", key[0], key[1], "another worker" if ck is None else ck.worker)
+        return kept
+
     def _index(self) -> None:
         self.by_tp = {(t, p): o for (_, p), o in self.owned.items()
                       for t in o.route.settings.inputs}
 
     def _resume(self, consumer: Consumer, keys: list[PartitionKey]) -> dict[PartitionKey, Owned]:
         """Take partitions over from their newest checkpoints (router.takeover). With
-        transactions, first start their producers, which aborts and fences the previous
-        owners' open transactions, and let other open transactions on the checkpoint topic
-        end, so that the newest committed checkpoint is the one read."""
+        transactions, first start the worker's producers (which aborts its own transactions
+        of a previous run), and end the previous owners' open transactions on the partitions'
+        outputs and on the checkpoint topic (router.fencing), so that the newest committed
+        checkpoint is the one read and nothing is committed under the read-back."""
         if not keys:
             return {}
         conf = client_conf(self.settings)
         if self.txn is not None:
-            self.txn.take(keys)
-            if not wait_stable(conf, self.ckpt_topic):
-                log.warning("checkpoint topic %s: a transaction stayed open; resuming from the "
-                            "newest checkpoint before it (more is replayed, nothing is lost)",
-                            self.ckpt_topic)
+            self.txn.start()
+            self._end_open_transactions(set(keys))
         ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
 
         def low_offset(topic: str, partition: int) -> int:

@@ -54,10 +54,11 @@ from router.output_writer import OutputWriter, Sent
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
 from router.transactions import (
+    BatchWrite,
     Commits,
     Failed,
     PartitionKey,
-    PartitionTransactions,
+    WorkerTransactions,
     write_batch,
 )
 
@@ -145,13 +146,16 @@ class BatchEnd:
     routes: dict[str, RouteRuntime]
     writer: OutputWriter
     producer: Producer
-    txn: PartitionTransactions | None
+    txn: WorkerTransactions | None
     ckpt_topic: str
     worker_id: str
     clock: PollClock
     consumer: Callable[[], Consumer]
     consumer_failed: Callable[[], bool]   # the consumer reported a fatal error
     recover: Callable[[Failed], Stale]
+    # The group metadata of the last consume, if the worker was a member then
+    # (router.transactions: a transaction's offsets are sent with it).
+    group: Callable[[], bytes | None]
     # Partitions a rebalance revoked and the next assignment has not placed yet (the
     # assignment's own, shared: router.assignment.Assignment.parked).
     parked: dict[PartitionKey, Owned]
@@ -161,14 +165,16 @@ class BatchEnd:
     # Partitions of batches written and not settled yet: no later batch writes them, and the
     # data path decides none of their records, until they are (:meth:`settle`).
     in_flight: dict[PartitionKey, InFlight] = field(default_factory=dict)
+    # Partitions whose producer is committing another batch (:meth:`plan`).
+    blocked: set[PartitionKey] = field(default_factory=set)
 
     def complete(self) -> bool:
         """Make the batch durable; True if it had output to write. Partitions whose last
         commit is still in flight are not part of it (nothing of theirs was decided)."""
         writer = self.writer
         checked = writer.end_streams()
-        dirty = [o for k, o in self.owned.items()
-                 if o.durability.dirty and k not in self.in_flight]
+        busy = self.unsettled()
+        dirty = [o for k, o in self.owned.items() if o.durability.dirty and k not in busy]
         if not dirty and not writer.queue:
             return False
         pending_out = len(writer.queue)
@@ -185,9 +191,9 @@ class BatchEnd:
         offsets = {(c.route, c.partition): c.offsets for c in ckpts}
         by_key = {(o.route.settings.name, o.partition): o for o in dirty}
         if self.txn is not None:
-            keys = self._transaction_keys()
+            keys = self._transaction_keys(busy)
             flush = StoreFlush({k: self.owned[k] for k in keys})
-            got = write_batch(self.txn, self.ckpt_topic, ckpts, keys,
+            got = write_batch(self.txn, BatchWrite(self.ckpt_topic, ckpts, keys, self.group()),
                               bool(writer.queue), lambda: self._send(self.txn, checked),
                               max(self.clock.left(0.9), 1.0), flush)
             writer.queue.clear()
@@ -207,9 +213,16 @@ class BatchEnd:
                           for k, o in by_key.items()}, Failed(set(), set()))
         return pending_out > 0
 
+    def plan(self) -> None:
+        """At a batch's start, before :meth:`unsettled`: which producer each partition writes
+        through in it, and which partitions wait for their producer's commit in flight
+        (router.transactions.WorkerTransactions.plan)."""
+        self.blocked = set() if self.txn is None else self.txn.plan(self.owned)
+
     def unsettled(self) -> set[PartitionKey]:
-        """Partitions whose last commit is still in flight."""
-        return set(self.in_flight)
+        """Partitions whose last commit is still in flight, and those whose producer's is
+        (as planned at the batch's start: :meth:`plan`)."""
+        return set(self.in_flight) | (self.blocked & self.owned.keys())
 
     def settled_parts(self) -> list[Owned]:
         """The owned partitions whose last commit is settled: the only ones a batch may
@@ -269,7 +282,7 @@ class BatchEnd:
         coordinator or output leader froze or died may keep waiting on that broker long after
         Kafka moved them (until its request times out, and again if it asked before the move,
         or until the broker comes back). The partition gets a new producer
-        (router.transactions.PartitionTransactions.replace), whose start aborts the stuck
+        (router.transactions.WorkerTransactions.replace), whose start aborts the stuck
         transaction and fences the old producer: the old commit can no longer land after the
         takeover reads the checkpoint and the output back, and if it landed before, the takeover
         reads it. Its commit thread's store flush is called off first (:class:`StoreFlush`),
@@ -297,6 +310,8 @@ class BatchEnd:
         # longer this worker's to replay: only those still owned are taken over again.
         # A fenced commit of a partition given up since is the fencing doing its work: the
         # partition's new owner started its producer; nothing of this worker's is affected.
+        if self.txn is not None:
+            self.txn.release(done)
         mine = {k for k, f in done.items() if self.owned.get(k) is f.owned}
         failed = Failed(failed.aborted & mine, failed.fenced & mine)
         stale = self.recover(failed) if failed.aborted or failed.fenced else NOTHING_STALE
@@ -309,7 +324,7 @@ class BatchEnd:
                 flush_store(self.owned, key)
             owned.durability.batch_done()
             commits.extend(TopicPartition(t, owned.partition, o) for t, o in f.offsets.items())
-        if commits:
+        if commits and self.txn is None:   # with transactions: sent in them
             try:
                 self.consumer().commit(offsets=commits, asynchronous=True)
             except KafkaException as exc:
@@ -331,14 +346,13 @@ class BatchEnd:
                         assigned, self.clock.since_poll(), self.clock.max_poll_s,
                         after_write=after_write)
 
-    def _transaction_keys(self) -> set[PartitionKey]:
+    def _transaction_keys(self, busy: set[PartitionKey]) -> set[PartitionKey]:
         """The partitions in this batch's transactions: those with a checkpoint to write or
         output queued (a forward, dead letter or shadow copy marks its raw record undelivered
         in the partition's bookkeeping). Read from the owned partitions, not from the queued
         output: scanning the queue costs a tuple and a lookup per forwarded record."""
         return {key for key, o in self.owned.items()
-                if (o.durability.dirty or o.durability.undelivered)
-                and key not in self.in_flight}
+                if (o.durability.dirty or o.durability.undelivered) and key not in busy}
 
     def _write_checkpoint_first(self, ckpts: list[Checkpoint]) -> None:
         """Without transactions: the checkpoint is durable before any output of the batch."""
@@ -350,7 +364,7 @@ class BatchEnd:
             self._send(None)
             pause_at("pause-before-commit")
 
-    def _send(self, txn: PartitionTransactions | None, checked: bool = False) -> Sent:
+    def _send(self, txn: WorkerTransactions | None, checked: bool = False) -> Sent:
         """Produce the batch's queued output (through the partitions' transactional
         producers, if any), checking ownership right before and after. Without transactions
         the output is waited for and checked here; with them each partition's commit thread

@@ -77,6 +77,25 @@ def read_checkpoints(conf: dict[str, Any], topic: str,
     return out
 
 
+def last_written(conf: dict[str, Any], topic: str,
+                 wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Checkpoint]:
+    """The last committed checkpoint of each wanted (route, partition) in the topic's order,
+    whoever wrote it: a worker that wrote the partition after another wrote it later in the
+    log, whatever the ownership generations say."""
+    keys = {checkpoint_key(r, p): (r, p) for r, p in wanted}
+    out: dict[tuple[str, int], Checkpoint] = {}
+    for msg in read_to_end(conf, topic):
+        rp = keys.get(msg.key() or b"")
+        value = msg.value()
+        if rp is None or value is None:
+            continue
+        try:
+            out[rp] = Checkpoint.model_validate_json(value)
+        except ValidationError:
+            continue
+    return out
+
+
 def produce_checkpoint(producer: Producer, topic: str, ck: Checkpoint) -> None:
     """Queue one checkpoint (in a transaction: it is stored when the transaction commits)."""
     producer.produce(topic, key=checkpoint_key(ck.route, ck.partition),

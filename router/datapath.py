@@ -95,7 +95,7 @@ from router.topics import check_routes, ensure_checkpoint_topic
 from router.transactions import (
     Failed,
     PartitionKey,
-    PartitionTransactions,
+    WorkerTransactions,
     transactions_on,
 )
 from router.watchdog import Progress, Watchdog
@@ -163,10 +163,13 @@ class DataPath:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._writer: OutputWriter | None = None
-        self._txn: PartitionTransactions | None = None
+        self._txn: WorkerTransactions | None = None
         self._control: ControlReader | None = None
         self._parts: Assignment | None = None
         self._end: BatchEnd | None = None
+        # The group metadata of the last consume (None: not a member then): a batch's
+        # transactions send their offsets with it (router.transactions).
+        self._group: bytes | None = None
         # The per-record path: compiled where it can (router.compiled), else interpreted.
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
                         if compiled.enabled() else self._handle_all)
@@ -189,8 +192,9 @@ class DataPath:
                                  for t in rt.settings.inputs})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
         if transactions_on(self.settings):
-            self._txn = PartitionTransactions(
-                self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()})
+            self._txn = WorkerTransactions(
+                self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()},
+                self.worker_id)
         self._producer = Producer(client_conf(
             self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
                                           "queue.buffering.max.messages": 1_000_000,
@@ -215,7 +219,8 @@ class DataPath:
                              ckpt_topic=self.ckpt_topic, worker_id=self.worker_id,
                              clock=self.clock, consumer=self._current_consumer,
                              consumer_failed=lambda: self._consumer_fatal is not None,
-                             recover=self._recover, parked=self._parts.parked,
+                             recover=self._recover, group=lambda: self._group,
+                             parked=self._parts.parked,
                              stuck_s=self.settings.commit_stuck_s)
         self._parts.before_change = self._before_change
         self._parts.on_takeover = self._note_takeover
@@ -414,6 +419,7 @@ class DataPath:
         self._took_over = False
         msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
+        self._group = self._group_metadata()
         self._raise_if_consumer_failed()
         progressed = bool(msgs) or self._took_over
         msgs = self._check_positions(msgs)
@@ -456,6 +462,18 @@ class DataPath:
         elif self.progress.check_due():
             self._judge_stall()
 
+    def _group_metadata(self) -> bytes | None:
+        """The group metadata as of the consume just returned, if the worker is a member: the
+        generation the group gave its assignment. Taken here, not when the batch's offsets are
+        sent: after a lost session the client blanks its member id and generation, and the
+        group coordinator does not check a blank one (router.transactions)."""
+        if self._txn is None:
+            return None
+        assert self._consumer is not None
+        if not self._consumer.memberid():
+            return None
+        return self._consumer.consumer_group_metadata()
+
     # -- partitions set aside -----------------------------------------------------------------
 
     def _set_aside(self, msgs: list[Message]) -> list[Message]:
@@ -472,6 +490,7 @@ class DataPath:
         now = time.monotonic()
         self._ends_retry = {k: at for k, at in self._ends_retry.items()
                             if at > now and k in self.owned}
+        self._end.plan()
         aside = (self._end.unsettled() | set(self._ends_retry)) & set(self.owned)
         if aside - self._aside:
             log.info("partitions %s set aside (a commit in flight, or the output's end not "
@@ -549,7 +568,7 @@ class DataPath:
 
     def _refresh_leaders(self) -> None:
         """Have the producers of the partitions due (``_refresh_due``) ask for their leaders,
-        in the background (router.transactions.PartitionTransactions.refresh_leaders). Why
+        in the background (router.transactions.WorkerTransactions.refresh_leaders). Why
         these moments: a producer keeps the leaders it knows until a request to one times out.
         Kafka moves a frozen or dead broker's partitions within its session timeout, and a
         worker's next batches, produced to the old leader, would each wait out the socket
@@ -704,11 +723,11 @@ class DataPath:
                 if not writer.checked_every:  # checked before the batch's first record
                     raise OutputWriteFailed("the output's end was not checked in this batch")
                 txn.begin([key])
-                stream = writer.open_stream(owned, txn.producers[key])
+                stream = writer.open_stream(owned, txn.producer_of_key(key))
             except (KafkaException, RouterError) as exc:
                 log.warning("partition %s/%d: output queued for the batch's end (%s)",
                             key[0], key[1], exc)  # which meets the problem and aborts
-                stream = writer.open_stream(owned, txn.producers[key])
+                stream = writer.open_stream(owned, txn.producer_of_key(key))
                 stream.stop()
         return stream
 

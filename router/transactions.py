@@ -1,25 +1,31 @@
-"""Exactly-once output where the broker's transactions work: one transaction per partition batch.
+"""Exactly-once output where the broker's transactions work: a few producers per worker.
 
-Each owned raw partition has a transactional producer of its own, ``transactional.id`` =
-``<group_id>.<route>.<partition>``; a batch's output, dead letters, shadow copies and
-checkpoint of that partition are written in one transaction of it. Why one per raw partition,
-and not one per worker fenced through ``send_offsets_to_transaction`` (KIP-447):
+A worker has one transactional producer per broker that leads its output partitions (a
+*slot*; at most :data:`MAX_SLOTS`), ``transactional.id`` = ``<group_id>.<worker>.<slot>``.
+Each batch binds every partition it writes to the slot of its output partition's leader, and
+writes the partition's output, dead letters, shadow copies and checkpoint in that slot's
+transaction. Why this shape (docs/decisions/019-a-few-producers-per-worker.md):
 
-* the new owner of a partition calls ``init_transactions`` with the same id before it reads
-  the checkpoint and the output back: the coordinator aborts the previous owner's open
-  transaction and fences its producer, whatever step it froze at. Under KIP-447 the group
-  generation is checked only when the offsets are sent; a worker that froze after that and
-  before its commit can still commit after its partitions moved;
-* a worker killed mid-batch leaves an open transaction that holds back every read_committed
-  consumer of its output partitions. Under the partition's id it is aborted by the takeover,
-  within seconds; under a worker's id it would stay until ``transaction.timeout.ms`` and the
-  coordinator's abort scan (60 s and 10 s by default), and failover would take that long.
+* a worker's producers, threads and connections grow with the brokers, not with the
+  partitions it owns (a producer per partition cost ~4 threads and ~14 MB each);
+* a frozen or dead broker holds the slot whose partitions it leads, not the others: a
+  transaction waits on every partition it wrote, so one transaction per worker would let one
+  broker hold every partition (docs/decisions/015-frozen-broker-holds-its-own-partitions.md).
 
-The cost is a producer per owned partition and one commit per written partition per batch
-(docs/performance.md gives the throughput with and without). Failures: a retriable commit error
-(a timeout) is retried; one that requires an abort aborts, and the partition is replayed from
-its checkpoint (:class:`BatchAborted`); a fenced producer (:class:`ProducerFenced`) means the
-partition has a newer owner: the worker gives its partitions up and rejoins the group.
+Fencing a previous owner (KIP-447). Each transaction sends the resume offsets of its
+partitions to the group with the group metadata captured at the consume that last confirmed
+ownership (:meth:`WorkerTransactions.commit`), after its records are all delivered: the group
+coordinator refuses them if the worker's generation is no longer the group's, and the
+transaction aborts. Metadata taken at send time could be blank after a lost session, and a
+blank generation is not checked. A previous owner that sent its offsets and froze before its
+commit is not stopped by that: the new owner waits for the open transactions on its
+partitions' outputs and checkpoints to end, and fences their writers by id after
+:data:`router.fencing.FENCE_GRACE_S` (router.fencing), before it reads anything back.
+
+Failures: a retriable commit error (a timeout) is retried; one that requires an abort aborts,
+and the slot's partitions are replayed from their checkpoints (:class:`BatchAborted`); a fenced
+producer or refused offsets (:class:`ProducerFenced`) mean the partitions have a newer owner:
+the worker gives its partitions up and rejoins the group.
 """
 
 from __future__ import annotations
@@ -27,13 +33,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from cutover.broker_capabilities import serves_transactions
 from cutover.kafka_errors import transactional_id_refused
@@ -57,31 +64,32 @@ log = logging.getLogger("cutover.router")
 
 PartitionKey = tuple[str, int]   # (route, raw partition)
 
+# At most this many producers per worker: brokers beyond share them (by broker id).
+MAX_SLOTS = 8
 # A commit that times out is asked again (it goes on in the background) for at most this long.
 COMMIT_RETRY_S = 30.0
 INIT_TIMEOUT_S = 30.0
-# Commits run in a thread each: the owned partitions' at once, and a commit given up as stuck
-# (:meth:`PartitionTransactions.replace`) keeps its thread until its broker answers or its
-# retries run out, so the pool has room beside them.
-COMMIT_THREADS = 32
-START_THREADS = 64   # producers started at once on a takeover
-LEADER_THREADS = 8   # producers asked for their leaders at once (in the background)
-LEADER_ASKS = 3      # ... each asked this many times at most
+# Commits run in a thread per slot; a commit given up as stuck (:meth:`replace`) keeps its
+# thread until its broker answers or its retries run out, so the pool has room beside them.
+COMMIT_THREADS = 2 * MAX_SLOTS
+LEADER_ASKS = 3      # the leaders are asked this many times at most
 COMMIT_FAILPOINT_S = 0.5   # how long the ``txn-commit-fails`` failpoint's commit takes
 COMMIT_FAILPOINT_SLOW_S = 2.5   # ... and the ``txn-commit-fails-slowly`` one's
 COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's commit waits
 COMMIT_SLOW_S = 1.5        # how long each commit takes under ``txn-commits-slow``
-# How long a partition's producer lets its records gather before it sends them. A batch's
-# output is visible only once its transaction commits, and the commit thread flushes it first
-# (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees.
-# Shorter, each producer sends many small requests whose broker CPU competes with the router's;
-# longer, the sending waits for the batch's end. 25 ms sends part of a batch while it is still
-# being decided, in few requests (docs/decisions/010-transactional-output-as-decided.md).
+# How long a producer lets its records gather before it sends them. A batch's output is
+# visible only once its transaction commits, and the commit thread flushes it first
+# (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees
+# (docs/decisions/010-transactional-output-as-decided.md).
 LINGER_MS = 25
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                      KafkaError.INVALID_PRODUCER_EPOCH,
                      KafkaError.TRANSACTION_COORDINATOR_FENCED})
+# The group coordinator's refusals of a transaction's offsets: the worker's generation or
+# membership is no longer the group's, so its partitions may have a newer owner (KIP-447).
+_REFUSED_OFFSETS = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
+                              KafkaError.FENCED_INSTANCE_ID})
 
 
 def transactions_on(settings: RouterSettings) -> bool:
@@ -91,269 +99,370 @@ def transactions_on(settings: RouterSettings) -> bool:
     return settings.transactions is Transactions.ON
 
 
-def transactional_id(group_id: str, route: str, partition: int) -> str:
-    return f"{group_id}.{route}.{partition}"
+def transactional_id(group_id: str, worker: str, slot: int) -> str:
+    return f"{group_id}.{worker}.{slot}"
+
+
+def slot_ids(group_id: str, worker: str) -> list[str]:
+    """Every transactional id a worker may write with."""
+    return [transactional_id(group_id, worker, s) for s in range(MAX_SLOTS)]
+
+
+def slot_of_broker(broker: int) -> int:
+    """The slot that writes the partitions a broker leads (-1, no leader known: slot 0)."""
+    return max(broker, 0) % MAX_SLOTS
 
 
 def is_fenced(exc: BaseException) -> bool:
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and (err.code() in _FENCED or err.fatal())
+    return isinstance(err, KafkaError) and (
+        err.code() in _FENCED or err.code() in _REFUSED_OFFSETS or err.fatal())
 
 
-class PartitionTransactions:
-    """The transactional producers of the partitions this worker owns."""
+@dataclass(eq=False)
+class Slot:
+    """One transactional producer of the worker, and the state of its transaction."""
 
-    def __init__(self, settings: RouterSettings, record_limits: dict[str, int]) -> None:
+    index: int
+    producer: Producer
+    open: bool = False         # a transaction is begun and not yet handed to a commit thread
+    committing: bool = False   # its commit thread runs
+
+
+class WorkerTransactions:
+    """The transactional producers of one worker, and which partition writes through which."""
+
+    def __init__(self, settings: RouterSettings, record_limits: dict[str, int],
+                 worker_id: str) -> None:
         """``record_limits``: route -> the largest record its producers take
         (router.oversize)."""
         self.settings = settings
-        self.record_limits = record_limits
-        self.producers: dict[PartitionKey, Producer] = {}
-        self.open: set[PartitionKey] = set()   # begun in this batch
+        self.worker_id = worker_id
+        self.record_limit = min(record_limits.values(), default=DEFAULT_LIMIT)
+        self.slots: dict[int, Slot] = {}
+        # Partitions bound to a slot: from the first write of a batch until that batch is
+        # settled (:meth:`release`); the commit of a slot covers its bound partitions.
+        self.bound: dict[PartitionKey, Slot] = {}
+        self.planned: dict[PartitionKey, int] = {}   # :meth:`plan`
+        self.leaders: dict[tuple[str, int], int] = {}   # (output topic, partition) -> broker
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
-        self.leaders = ThreadPoolExecutor(LEADER_THREADS, thread_name_prefix="txn-leaders")
-        self._refreshing: set[PartitionKey] = set()   # a refresh of theirs is queued or running
+        self.background = ThreadPoolExecutor(1, thread_name_prefix="txn-leaders")
+        self._refreshing = threading.Lock()
         self.route_of: dict[str, str] = {}   # output / dead-letter / shadow topic -> route
+        self.output_of: dict[str, str] = {}  # route -> output topic
         for rs in settings.routes:
+            self.output_of[rs.name] = rs.output
             for topic in (rs.output, rs.dead_letter, rs.shadow):
                 if topic is not None:
                     self.route_of[topic] = rs.name
 
-    # -- ownership --------------------------------------------------------------------------
+    # -- producers --------------------------------------------------------------------------
 
-    def take(self, keys: Iterable[PartitionKey]) -> None:
-        """Start the producers of partitions taken over. ``init_transactions`` aborts the
-        previous owner's open transaction and fences it: call before reading anything back.
-        The partitions' producers start in parallel (each start is round trips to its
-        transaction coordinator, and a takeover of many partitions would otherwise wait for
-        them one after the other)."""
-        todo = [k for k in dict.fromkeys(keys) if k not in self.producers]
+    def start(self) -> None:
+        """Start a producer for every broker that leads an output partition (in parallel;
+        each start is round trips to its transaction coordinator). ``init_transactions``
+        aborts this worker's own open transactions of a previous run (same ids: a worker
+        restarted with its instance id), so call it before reading anything back."""
+        if not self.leaders:
+            self._ask_leaders()
+        todo = sorted({slot_of_broker(b) for b in self.leaders.values()} - set(self.slots)) \
+            or ([0] if not self.slots else [])
         if not todo:
             return
-        # all at once, not in waves of the commit pool's size: a start is round trips, not CPU
-        with ThreadPoolExecutor(min(len(todo), START_THREADS),
-                                thread_name_prefix="txn-start") as starts:
+        with ThreadPoolExecutor(len(todo), thread_name_prefix="txn-start") as starts:
             started = list(starts.map(self._start, todo))
-        refused = [k for k, (_, error) in zip(todo, started, strict=True) if error is not None]
-        for key, (producer, _) in zip(todo, started, strict=True):
-            if not refused:
-                self.producers[key] = producer
+        errors = [error for _, error in started if error is not None]
+        for index, (producer, _) in zip(todo, started, strict=True):
+            if not errors:
+                self.slots[index] = Slot(index, producer)
             else:
                 with contextlib.suppress(KafkaException, RuntimeError):
                     producer.purge(in_queue=True, in_flight=True, blocking=False)
-        if refused:
-            error = started[todo.index(refused[0])][1]
-            assert error is not None
-            raise error
+        if errors:
+            raise errors[0]
+        log.info("transactional producers started: slots %s", sorted(self.slots))
 
-    def _start(self, key: PartitionKey) -> tuple[Producer, Exception | None]:
-        """One partition's transactional producer, initialised; or the error that refused
-        it."""
-        route, p = key
+    def _start(self, index: int) -> tuple[Producer, Exception | None]:
+        """One slot's transactional producer, initialised; or the error that refused it."""
+        tid = transactional_id(self.settings.group_id, self.worker_id, index)
         producer = Producer(client_conf(
             self.settings, "producer",
-            **{"transactional.id": transactional_id(self.settings.group_id, route, p),
+            **{"transactional.id": tid,
                "linger.ms": LINGER_MS, "batch.num.messages": 10000,
                "queue.buffering.max.messages": 1_000_000, "acks": "all",
-               **size_conf(self.record_limits.get(route, DEFAULT_LIMIT))}))
+               **size_conf(self.record_limit)}))
         try:
             producer.init_transactions(INIT_TIMEOUT_S)
         except KafkaException as exc:
             if not transactional_id_refused(exc.args[0]):
                 return producer, exc
             return producer, RouterConfigError(
-                f"the broker refuses this worker the transactional id "
-                f"{transactional_id(self.settings.group_id, route, p)}: grant its principal "
-                f"Write on the transactional ids with the prefix '{self.settings.group_id}.' "
+                f"the broker refuses this worker the transactional id {tid}: grant its "
+                f"principal Write on the transactional ids with the prefix "
+                f"'{self.settings.group_id}.' "
                 '(docs/security.md, "Access control"; `cutover doctor` checks it), or set '
                 "transactions: off")
         return producer, None
 
-    def drop(self, keys: Iterable[PartitionKey], discard: bool = False) -> None:
-        """Close the producers of partitions given up (between batches: none is open).
-        ``discard``: the worker is rebuilding its clients; what a producer still holds is
-        purged, not waited for (its open transaction, if any, is aborted by the partition's
-        next ``init_transactions``, ours or a newer owner's)."""
-        for key in keys:
-            self.open.discard(key)
-            producer = self.producers.pop(key, None)
-            if producer is None:
-                continue
-            if discard:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    producer.purge(in_queue=True, in_flight=True, blocking=False)
-                continue
-            try:
-                producer.flush(5)
-            except KafkaException as exc:  # fenced: it has nothing left to deliver
-                log.info("partition %s/%d: producer closed (%s)", key[0], key[1], exc)
-
-    def close(self) -> None:
-        self.drop(list(self.producers))
-        self.pool.shutdown()
-        self.leaders.shutdown(wait=False, cancel_futures=True)
-
-    def replace(self, key: PartitionKey) -> None:
-        """Give up the partition's producer while its commit is still in flight (stuck on a
-        broker Kafka has fenced, frozen or gone): the next :meth:`take` of ``key`` starts a new
-        producer with the same ``transactional.id``, whose ``init_transactions`` aborts the
-        stuck transaction and fences the old producer, whatever its commit thread does when its
-        broker answers (router.batch_end). The old producer is not purged or closed here: its
-        commit thread still holds it, and a call on it from this thread would conflict with
-        the commit in progress."""
-        self.open.discard(key)
-        self.producers.pop(key, None)
-
-    def refresh_leaders(self, keys: Iterable[PartitionKey], timeout_s: float) -> None:
-        """Have the producers of ``keys`` ask for the leaders of the topics they write (a
-        metadata request each), in the background: after a broker froze or died, a producer
-        learns that Kafka moved its partitions' leaders only when a request to the old leader
-        times out, and a batch produced meanwhile goes to the old leader and waits for that
-        timeout too. The answer updates the producer's own metadata."""
-        def refresh(key: PartitionKey, producer: Producer) -> None:
-            try:
-                ask(key, producer)
-            finally:
-                self._refreshing.discard(key)
-
-        def ask(key: PartitionKey, producer: Producer) -> None:
-            for topic in sorted(t for t, r in self.route_of.items() if r == key[0]):
-                # the client asks any broker it is connected to: the frozen one, maybe, so a
-                # request unanswered is asked again (of another, likely)
+    def _ask_leaders(self) -> None:
+        """The leader of every partition of the output topics, from the cluster's metadata."""
+        topics = sorted(set(self.output_of.values()))
+        probe = next(iter(self.slots.values())).producer if self.slots else None
+        owner = probe or Producer(client_conf(self.settings, "producer"))
+        try:
+            for topic in topics:
                 for attempt in range(1, LEADER_ASKS + 1):
                     try:
-                        producer.list_topics(topic, timeout=timeout_s)
+                        meta = owner.list_topics(topic, timeout=self.settings.request_timeout_s)
                         break
                     except KafkaException as exc:
                         if attempt == LEADER_ASKS:
-                            log.info("partition %s/%d: leaders of %s not refreshed (%s)",
-                                     key[0], key[1], topic, exc)
-                            return
+                            log.info("leaders of %s not known (%s)", topic, exc)
+                            meta = None
+                if meta is None or topic not in meta.topics:
+                    continue
+                for p, pm in meta.topics[topic].partitions.items():
+                    self.leaders[(topic, p)] = pm.leader
+        finally:
+            if probe is None:
+                owner.flush(0)
 
-        # a key already being refreshed is not queued again: errors a consumer reports at every
-        # reconnect to a dead broker would otherwise queue refreshes faster than they end
-        for key in sorted(set(keys) - self._refreshing):
-            producer = self.producers.get(key)
-            if producer is not None:
-                self._refreshing.add(key)
-                self.leaders.submit(refresh, key, producer)
+    def refresh_leaders(self, keys: Iterable[PartitionKey], timeout_s: float) -> None:
+        """Ask for the output topics' leaders again, in the background: after a broker froze or
+        died, a producer learns that Kafka moved its partitions' leaders only when a request to
+        the old leader times out, and a batch produced meanwhile goes to the old leader and
+        waits for that timeout too. The answer updates every slot's metadata (each asks) and
+        the binding of the next batches (:meth:`slot_for`). ``keys``: the partitions that gave
+        a sign; one refresh serves them all."""
+        if not list(keys) or not self._refreshing.acquire(blocking=False):
+            return   # one at a time: errors reported at every reconnect would queue many
+
+        def refresh() -> None:
+            try:
+                for slot in list(self.slots.values()):
+                    for topic in sorted(set(self.route_of)):
+                        with contextlib.suppress(KafkaException):
+                            slot.producer.list_topics(topic, timeout=timeout_s)
+                self._ask_leaders()
+            finally:
+                self._refreshing.release()
+
+        self.background.submit(refresh)
+
+    def replace(self, key: PartitionKey) -> None:
+        """Give up the producer of ``key``'s slot while its commit is still in flight (stuck on
+        a broker Kafka has fenced, frozen or gone): the slot's next start (:meth:`start`, run
+        by the takeover that replays its partitions) makes a new producer with the same
+        ``transactional.id``, whose ``init_transactions`` aborts the stuck transaction and
+        fences the old producer, whatever its commit thread does when its broker answers. The
+        old producer is not purged or closed here: its commit thread still holds it."""
+        slot = self.bound.pop(key, None)
+        if slot is not None and self.slots.get(slot.index) is slot:
+            del self.slots[slot.index]
+
+    def reset(self) -> None:
+        """Forget every producer (the worker is rebuilding its clients): what they still hold
+        is purged; their open transactions are aborted by the next :meth:`start` (same ids) or
+        by a newer owner's fencing (router.fencing)."""
+        for slot in self.slots.values():
+            with contextlib.suppress(KafkaException, RuntimeError):
+                slot.producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self.slots.clear()
+        self.bound.clear()
+
+    def close(self) -> None:
+        for slot in self.slots.values():
+            if not slot.committing:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    if slot.open:
+                        slot.producer.abort_transaction(5)
+                    slot.producer.flush(5)
+        self.slots.clear()
+        self.bound.clear()
+        self.pool.shutdown()
+        self.background.shutdown(wait=False, cancel_futures=True)
+
+    # -- binding ----------------------------------------------------------------------------
+
+    def slot_for(self, key: PartitionKey) -> int:
+        """The slot ``key`` writes through: the one bound, else the one planned for this batch
+        (:meth:`plan`), else that of its output partition's leader."""
+        slot = self.bound.get(key)
+        if slot is not None:
+            return slot.index
+        planned = self.planned.get(key)
+        if planned is not None:
+            return planned
+        return slot_of_broker(self.leaders.get((self.output_of[key[0]], key[1]), -1))
+
+    def plan(self, keys: Iterable[PartitionKey]) -> set[PartitionKey]:
+        """At a batch's start: the slot each of ``keys`` not bound will write through in it (its
+        output partition's leader's, as known now: a refresh of the leaders during the batch
+        does not move a partition between slots), and the partitions whose slot is committing,
+        none of whose records may be decided until it ends (their next transaction would be
+        the slot's, which is not open)."""
+        leaders = self.leaders
+        self.planned = {k: slot_of_broker(leaders.get((self.output_of[k[0]], k[1]), -1))
+                        for k in keys if k not in self.bound}
+        busy = {i for i, s in self.slots.items() if s.committing}
+        return {k for k in self.planned if self.planned[k] in busy} | \
+            {k for k, s in self.bound.items() if s.committing}
+
+    def producer_of_key(self, key: PartitionKey) -> Producer:
+        """The producer ``key`` writes through in this batch; binds it (:meth:`begin` opens
+        the transaction)."""
+        slot = self.bound.get(key)
+        if slot is None:
+            index = self.slot_for(key)
+            slot = self.slots.get(index)
+            if slot is None:
+                self.start_slot(index)
+                slot = self.slots[index]
+            self.bound[key] = slot
+        return slot.producer
+
+    def start_slot(self, index: int) -> None:
+        producer, error = self._start(index)
+        if error is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
+            raise error
+        self.slots[index] = Slot(index, producer)
+
+    def producer_of(self, topic: str, partition: int) -> Producer:
+        """The producer a record of ``topic`` (output, dead letter, shadow) of ``partition``
+        goes through: that of its partition's slot."""
+        return self.producer_of_key((self.route_of[topic], partition))
+
+    def release(self, keys: Iterable[PartitionKey]) -> None:
+        """Unbind partitions whose batch is settled (or given up): their next batch binds them
+        to their leader's slot again."""
+        for key in keys:
+            self.bound.pop(key, None)
 
     # -- one batch --------------------------------------------------------------------------
 
-    def producer_of(self, topic: str, partition: int) -> Producer:
-        """The producer of the partition a record of ``topic`` (output, dead letter, shadow)
-        belongs to."""
-        return self.producers[(self.route_of[topic], partition)]
-
     def begin(self, keys: Iterable[PartitionKey]) -> None:
-        """Begin the transactions of ``keys`` not begun yet in this batch (a partition whose
-        output is produced as decided began before the batch's end: router.inline_output)."""
+        """Bind ``keys`` and begin their slots' transactions not begun yet in this batch (a
+        partition whose output is produced as decided began before the batch's end:
+        router.inline_output)."""
         for key in keys:
-            if key not in self.open:
-                self.producers[key].begin_transaction()
-                self.open.add(key)
+            self.producer_of_key(key)
+            slot = self.bound[key]
+            if not slot.open:
+                if slot.committing:
+                    raise BatchAborted(f"partition {key[0]}/{key[1]}: its producer's last "
+                                       "commit is still in flight")
+                slot.producer.begin_transaction()
+                slot.open = True
 
-    def flush(self, keys: Iterable[PartitionKey]) -> None:
-        for key in keys:
-            self.producers[key].flush(30)
-
-    def try_deliver(self, key: PartitionKey, producer: Producer, sent: Sent,
-                    owned: Owned | None, timeout_s: float) -> RouterError | None:
-        """Wait for the partition's output of the batch and check it (router.output_writer
-        .Sent.check); abort the partition's transaction if it failed, and return why.
-        ``producer``: the one the batch's transaction began on (the partition may have a new
-        one by now: :meth:`replace`)."""
-        try:
-            sent.check(owned, producer, timeout_s)
-            raise_at("txn-after-send")
-        except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
-            message = f"partition {key[0]}/{key[1]}: {exc}; the batch was aborted"
-            if self._abort(key, producer):
-                return ProducerFenced(message)
-            return BatchAborted(message)
-        return None
-
-    def try_commit(self, key: PartitionKey, producer: Producer) -> RouterError | None:
-        """:meth:`commit`, its failure returned (the partitions commit in parallel: a
-        commit is a round trip to the transaction coordinator, and the client releases the
-        interpreter while it waits)."""
-        try:
-            self.commit(key, producer)
-        except (BatchAborted, ProducerFenced) as exc:
-            return exc
-        return None
-
-    def _done(self, key: PartitionKey, producer: Producer) -> None:
-        """The partition's transaction on ``producer`` is over (unless the partition has a new
-        producer since, whose transaction is not this one)."""
-        if self.producers.get(key) is producer:
-            self.open.discard(key)
-
-    def commit(self, key: PartitionKey, producer: Producer) -> None:
-        """Commit one partition's transaction. A retriable error (a timeout) is asked again,
-        unless the partition's producer was replaced meanwhile (:meth:`replace`); raise
-        :class:`ProducerFenced` or :class:`BatchAborted` (after aborting) otherwise."""
-        deadline = time.monotonic() + COMMIT_RETRY_S
-        timeout = commit_timeout_s()
-        if fire("txn-commit-stalls"):
-            time.sleep(COMMIT_STALL_S)  # a transaction coordinator that does not answer
-        if key[1] == 0 and active("txn-commits-slow"):
-            time.sleep(COMMIT_SLOW_S)
-        while True:
-            slowly = fire("txn-commit-fails-slowly")
-            if slowly or fire("txn-commit-fails"):
-                # a slow coordinator: the next consume returns; slowly, the data path sets the
-                # partition aside meanwhile
-                time.sleep(COMMIT_FAILPOINT_SLOW_S if slowly else COMMIT_FAILPOINT_S)
-                self._abort(key, producer)
-                raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed (failpoint "
-                                   f"{ARMED}); the batch was aborted")
-            try:
-                producer.commit_transaction(timeout)
-                self._done(key, producer)
-                return
-            except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                if is_fenced(exc):
-                    self._done(key, producer)
-                    raise ProducerFenced(f"partition {key[0]}/{key[1]}: {err.str()}") from None
-                if self.producers.get(key) is not producer:
-                    # given up as stuck (:meth:`replace`): the new producer's start aborts
-                    # this transaction; asking again or aborting here would only wait
-                    raise BatchAborted(f"partition {key[0]}/{key[1]}: commit given up "
-                                       f"({err.str()})") from None
-                if err.retriable() and not err.txn_requires_abort() \
-                        and time.monotonic() < deadline:
-                    log.warning("partition %s/%d: commit did not complete (%s); asking again",
-                                key[0], key[1], err.str())
-                    # the same commit resumed, bounded: an unbounded wait on a coordinator
-                    # that never answers would hold the worker for good
-                    timeout = max(deadline - time.monotonic(), 0.1)
-                    continue
-                self._abort(key, producer)
-                raise BatchAborted(f"partition {key[0]}/{key[1]}: commit failed "
-                                   f"({err.str()}); the batch was aborted") from None
+    def by_slot(self, keys: Iterable[PartitionKey]) -> dict[int, list[PartitionKey]]:
+        out: dict[int, list[PartitionKey]] = {}
+        for key in sorted(keys):
+            out.setdefault(self.bound[key].index, []).append(key)
+        return out
 
     def abort(self, keys: Iterable[PartitionKey]) -> set[PartitionKey]:
-        """Abort the open transactions of ``keys``; return those whose producer is fenced."""
-        return {key for key in keys
-                if (producer := self.producers.get(key)) is not None
-                and self._abort(key, producer)}
+        """Abort the open transactions of ``keys``' slots; return the keys whose producer is
+        fenced."""
+        fenced: set[PartitionKey] = set()
+        groups: dict[int, list[PartitionKey]] = {}
+        for key in keys:
+            slot = self.bound.get(key)
+            if slot is not None:
+                groups.setdefault(slot.index, []).append(key)
+        for members in groups.values():
+            slot = self.bound[members[0]]
+            if slot.open and self._abort(slot):
+                fenced.update(members)
+        return fenced
 
-    def _abort(self, key: PartitionKey, producer: Producer) -> bool:
-        """Abort the partition's transaction on ``producer``; True if that producer is fenced
-        (or its state unknown: the partition is given up and taken again)."""
-        self._done(key, producer)
+    def _abort(self, slot: Slot) -> bool:
+        """Abort the slot's transaction; True if its producer is fenced (or its state unknown:
+        its partitions are given up and taken again)."""
+        slot.open = False
         try:
-            producer.abort_transaction(INIT_TIMEOUT_S)
+            slot.producer.abort_transaction(INIT_TIMEOUT_S)
         except KafkaException as exc:
             err = exc.args[0]
             if is_fenced(exc):
                 return True
             if err.code() != KafkaError._STATE:  # _STATE: no transaction was open
-                log.warning("partition %s/%d: abort: %s", key[0], key[1], err.str())
+                log.warning("slot %d: abort: %s", slot.index, err.str())
                 return True
         return False
+
+    def commit(self, slot: Slot, keys: list[PartitionKey], sent: Sent | None,
+               written: dict[PartitionKey, Owned], offsets: list[TopicPartition],
+               group: bytes | None, timeout_s: float) -> RouterError | None:
+        """In the slot's commit thread: wait for its output and check it (router
+        .output_writer.Sent.check), send the partitions' resume offsets to the group with
+        ``group`` (the metadata captured at the consume that confirmed ownership), commit.
+        Return why it failed (after aborting), or None."""
+        name = f"partitions {', '.join(f'{r}/{p}' for r, p in keys)}"
+        try:
+            if sent is not None:
+                for key in keys:
+                    sent.check(written.get(key), slot.producer, timeout_s)
+                raise_at("txn-after-send")
+            if offsets:
+                if group is None:
+                    raise OutputWriteFailed("the worker is not a member of the group at this "
+                                            "batch's consume: its ownership is not proven")
+                slot.producer.send_offsets_to_transaction(offsets, group, timeout_s)
+        except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
+            message = f"{name}: {exc}; the batch was aborted"
+            refused = isinstance(exc, KafkaException) and is_fenced(exc)
+            if self._abort(slot) or refused:
+                return ProducerFenced(message)
+            return BatchAborted(message)
+        try:
+            self._commit(slot, name, keys)
+        except (BatchAborted, ProducerFenced) as exc:
+            return exc
+        return None
+
+    def _commit(self, slot: Slot, name: str, keys: list[PartitionKey]) -> None:
+        """Commit the slot's transaction. A retriable error (a timeout) is asked again, unless
+        the slot's producer was replaced meanwhile (:meth:`replace`); raise
+        :class:`ProducerFenced` or :class:`BatchAborted` (after aborting) otherwise."""
+        deadline = time.monotonic() + COMMIT_RETRY_S
+        timeout = commit_timeout_s()
+        if fire("txn-commit-stalls"):
+            time.sleep(COMMIT_STALL_S)  # a transaction coordinator that does not answer
+        if active("txn-commits-slow") and any(p == 0 for _, p in keys):
+            time.sleep(COMMIT_SLOW_S)
+        while True:
+            slowly = fire("txn-commit-fails-slowly")
+            if slowly or fire("txn-commit-fails"):
+                # a slow coordinator: the next consume returns; slowly, the data path sets the
+                # partitions aside meanwhile
+                time.sleep(COMMIT_FAILPOINT_SLOW_S if slowly else COMMIT_FAILPOINT_S)
+                self._abort(slot)
+                raise BatchAborted(f"{name}: commit failed (failpoint {ARMED}); the batch was "
+                                   "aborted")
+            try:
+                slot.producer.commit_transaction(timeout)
+                slot.open = False
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if is_fenced(exc):
+                    slot.open = False
+                    raise ProducerFenced(f"{name}: {err.str()}") from None
+                if self.slots.get(slot.index) is not slot:
+                    # given up as stuck (:meth:`replace`): the new producer's start aborts
+                    # this transaction; asking again or aborting here would only wait
+                    raise BatchAborted(f"{name}: commit given up ({err.str()})") from None
+                if err.retriable() and not err.txn_requires_abort() \
+                        and time.monotonic() < deadline:
+                    log.warning("%s: commit did not complete (%s); asking again", name,
+                                err.str())
+                    timeout = max(deadline - time.monotonic(), 0.1)
+                    continue
+                self._abort(slot)
+                raise BatchAborted(f"{name}: commit failed ({err.str()}); the batch was "
+                                   "aborted") from None
 
 
 class Failed(NamedTuple):
@@ -363,65 +472,90 @@ class Failed(NamedTuple):
     fenced: set[PartitionKey]    # a newer owner has them
 
 
-def write_batch(txn: PartitionTransactions, ckpt_topic: str, ckpts: list[Checkpoint],
-                keys: set[PartitionKey], queued: bool, send: Callable[[], Sent],
-                timeout_s: float, settle: Callable[[PartitionKey], None]) -> Failed | Commits:
-    """One transaction per partition of ``keys``: its checkpoint, then ``send()`` (the
-    output writer's produce, with the ownership checks; nothing waited for), then in a thread
-    per partition: its output waited for (at most ``timeout_s``) and checked
-    (router.output_writer.Sent.check: a partition whose output failed or did not land right
-    after the end this worker knew is aborted), its commit, and ``settle(key)`` once it
-    committed (the partition's dedup store flush). The delivery wait, the commit round trip
-    and the flush's CPU of one partition overlap the others', and the data path's next
-    consume. The commits are returned in flight (:class:`Commits`); a batch aborted before
-    them returns its :class:`Failed` at once."""
+@dataclass
+class Commits:
+    """A batch's commits, issued (one per slot, each in a thread of its own, followed there by
+    its partitions' store flushes) and not waited for yet (router.batch_end.BatchEnd.settle).
+    Why not wait at once: a commit is round trips to the transaction coordinator, in which the
+    worker can already consume the next batch (router.batch_end). ``futures``: each
+    partition's, in ``order`` (the partitions of one slot share theirs)."""
+
+    order: list[PartitionKey]
+    futures: list[Future[RouterError | None]]
+    written: list[Owned]   # partitions whose output partition the batch wrote
+
+
+@dataclass(frozen=True)
+class BatchWrite:
+    """What a batch's transactions write besides the queued output."""
+
+    ckpt_topic: str
+    ckpts: list[Checkpoint]
+    keys: set[PartitionKey]
+    group: bytes | None   # the group metadata of the consume that confirmed ownership
+
+
+def write_batch(txn: WorkerTransactions, batch: BatchWrite, queued: bool,
+                send: Callable[[], Sent], timeout_s: float,
+                settle: Callable[[PartitionKey], None]) -> Failed | Commits:
+    """One transaction per slot of the batch's partitions: their checkpoints, then ``send()``
+    (the output writer's produce, with the ownership checks; nothing waited for), then in a
+    thread per slot: its output waited for (at most ``timeout_s``) and checked, the offsets
+    sent to the group, its commit, and ``settle(key)`` of each of its partitions once it
+    committed (the dedup store flush). The commits are returned in flight (:class:`Commits`);
+    a batch aborted before them returns its :class:`Failed` at once."""
+    keys = batch.keys
     sent: Sent | None = None
     try:
         txn.begin(keys)
         if queued:
             raise_at("txn-before-send")
-        for ck in ckpts:
-            produce_checkpoint(txn.producers[(ck.route, ck.partition)], ckpt_topic, ck)
+        for ck in batch.ckpts:
+            produce_checkpoint(txn.producer_of_key((ck.route, ck.partition)), batch.ckpt_topic,
+                               ck)
         if queued and fire("after-checkpoint"):
-            txn.flush(keys)
+            for slot in {txn.bound[k].index: txn.bound[k] for k in keys}.values():
+                slot.producer.flush(30)
             os._exit(137)
         if queued:
             sent = send()
-            pause_at("pause-before-commit", lambda: txn.flush(keys))
-    except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
+            pause_at("pause-before-commit", lambda: [
+                s.producer.flush(30) for s in {txn.bound[k].index: txn.bound[k]
+                                               for k in keys}.values()])
+    except (KafkaException, OutputWriteFailed, FailpointHit, BatchAborted) as exc:
         log.warning("batch aborted before its commit (%s)", exc)
         fenced = txn.abort(keys)
         return Failed(keys - fenced, fenced)
-    order = sorted(keys)
     written = {} if sent is None else \
         {(o.route.settings.name, o.partition): o for o in sent.writing}
+    resume = {(c.route, c.partition): c.offsets for c in batch.ckpts}
+    futures: dict[PartitionKey, Future[RouterError | None]] = {}
+    for index, members in txn.by_slot(keys).items():
+        slot = txn.bound[members[0]]
+        offsets = [TopicPartition(t, p, o) for (r, p) in members
+                   for t, o in sorted(resume.get((r, p), {}).items())]
 
-    def commit_then_settle(key: PartitionKey, producer: Producer) -> RouterError | None:
-        error = None if sent is None else txn.try_deliver(key, producer, sent, written.get(key),
-                                                           timeout_s)
-        if error is None:
-            error = txn.try_commit(key, producer)
-        if error is None:
-            settle(key)
-            if key in written and fire("exit-after-commit"):
-                os._exit(137)
-        return error
+        def commit_then_settle(slot: Slot = slot, members: list[PartitionKey] = members,
+                               offsets: list[TopicPartition] = offsets) -> RouterError | None:
+            try:
+                error = txn.commit(slot, members, sent, written, offsets, batch.group,
+                                   timeout_s)
+                if error is None:
+                    for key in members:
+                        settle(key)
+                    if any(key in written for key in members) and fire("exit-after-commit"):
+                        os._exit(137)
+                return error
+            finally:
+                slot.committing = False
 
-    return Commits(order, [txn.pool.submit(commit_then_settle, key, txn.producers[key])
-                           for key in order],
-                   list(written.values()))
-
-
-@dataclass
-class Commits:
-    """A batch's commits, issued (each in a thread of its own, followed there by the
-    partition's store flush) and not waited for yet (router.batch_end.BatchEnd.settle). Why not
-    wait at once: a commit is a round trip to the transaction coordinator (~10 ms a batch here), in
-    which the worker can already consume the next batch (router.batch_end)."""
-
-    order: list[PartitionKey]
-    futures: list[Future[RouterError | None]]
-    written: list[Owned]   # partitions whose output partition the batch wrote
+        slot.committing = True
+        slot.open = False
+        future = txn.pool.submit(commit_then_settle)
+        futures.update(dict.fromkeys(members, future))
+        log.debug("slot %d: committing %d partitions", index, len(members))
+    order = sorted(keys)
+    return Commits(order, [futures[k] for k in order], list(written.values()))
 
 
 def commit_timeout_s() -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from itertools import pairwise
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -154,7 +155,7 @@ def test_every_key_and_time_is_forwarded_once_from_the_version_the_plan_names(sc
 
     if sc["ordered"] and (h is None or h < plan.boundaries[0]):  # the plan's own boundaries
         rules = [s.rule for s in plan.segments]
-        for b, (before, after) in enumerate(zip(rules, rules[1:], strict=False)):
+        for b, (before, after) in enumerate(pairwise(rules)):
             boundary, giving = plan.boundaries[b], givers(before, after)
             for n, x in enumerate(forwarded):
                 bucket = None if x.key is None else key_bucket(x.key)

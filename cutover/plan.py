@@ -14,16 +14,24 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from cutover.headers import VersionId
+from cutover.key_primary import Canary, KeyRule, bucket_of, handovers
 from cutover.secret_refs import PLAN_KEY_ENV, plan_signing_key
 from cutover.validation import RouteName, describe
 
 MAX_PLAN_BYTES = 64 * 1024
 MAX_SEGMENTS = 1000
-
-
 
 class PlanRejected(ValueError):
     """A plan that cannot be used; ``reason`` is what the status topic and the CLI show."""
@@ -42,6 +50,28 @@ class Segment(BaseModel):
         description="first event time (epoch ms) of this segment; null only for the first"
     )
     primary: VersionId
+    canary: Canary | None = Field(
+        default=None, description="a share of the keys whose primary is another version "
+                                  "(cutover.key_primary); absent from the JSON when none")
+
+    @model_validator(mode="after")
+    def _canary_is_another_version(self) -> Segment:
+        if self.canary is not None and self.canary.version == self.primary:
+            raise ValueError(f"canary version {self.primary!r} is the segment's primary; a "
+                             "canary names the version that takes a share of the keys")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_canary(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a plan without a canary is written exactly as before canaries existed
+        out: dict[str, Any] = handler(self)
+        if self.canary is None:
+            out.pop("canary", None)
+        return out
+
+    @property
+    def rule(self) -> KeyRule:
+        return KeyRule.of(self.primary, self.canary)
 
 
 class CutoverPlan(BaseModel):
@@ -77,9 +107,7 @@ class CutoverPlan(BaseModel):
                 raise ValueError(
                     f"segment {i} starts at {seg.from_event_time}, not after segment {i - 1} "
                     f"({previous.from_event_time}): boundaries must strictly increase")
-            if seg.primary == previous.primary:
-                raise ValueError(f"segment {i} repeats primary {seg.primary!r} of segment "
-                                 f"{i - 1}; merge them")
+            _check_neighbours(i, previous, seg)
             previous = seg
         return self
 
@@ -89,20 +117,37 @@ class CutoverPlan(BaseModel):
     def boundaries(self) -> list[int]:
         return [s.from_event_time for s in self.segments[1:]]  # type: ignore[misc]
 
+    def segment_at(self, event_time: int) -> Segment:
+        return self.segments[bisect.bisect_right(self.boundaries, event_time)]
+
     def primary_at(self, event_time: int) -> str:
-        i = bisect.bisect_right(self.boundaries, event_time)
-        return self.segments[i].primary
+        """The segment's primary at ``event_time``: the primary of a record without a key
+        (and of every record where no canary is in force)."""
+        return self.segment_at(event_time).primary
+
+    def primary_for(self, key: bytes | None, event_time: int) -> str:
+        """The primary of a record with ``key`` at ``event_time``: a function of the plan,
+        the key and the event time only (cutover.key_primary)."""
+        return self.segment_at(event_time).rule.owner(bucket_of(key))
+
+    @property
+    def has_canary(self) -> bool:
+        return any(s.canary is not None for s in self.segments)
 
     @property
     def transition(self) -> tuple[str, str, int] | None:
-        """The last handover of the timeline: (from, to, boundary), or None when steady."""
+        """The last handover of the timeline: (from, to, boundary), or None when steady.
+        With a canary, ``from`` gives the keys that move at the last boundary to ``to``
+        (a valid plan moves keys from one version to one other at each boundary)."""
         if len(self.segments) < 2:
             return None
         a, b = self.segments[-2], self.segments[-1]
-        return a.primary, b.primary, b.from_event_time  # type: ignore[return-value]
+        h = handovers(a.rule, b.rule)[0]
+        return h.old, h.new, b.from_event_time  # type: ignore[return-value]
 
     def versions(self) -> set[str]:
-        return {s.primary for s in self.segments}
+        return {s.primary for s in self.segments} | {
+            s.canary.version for s in self.segments if s.canary is not None}
 
     # -- wire ---------------------------------------------------------------------------------
 
@@ -113,6 +158,40 @@ class CutoverPlan(BaseModel):
         """Canonical bytes that the signature covers: the plan without its signature."""
         body = self.model_dump(mode="json", exclude={"signature"})
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _check_neighbours(i: int, before: Segment, seg: Segment) -> None:
+    """Segment ``i`` after ``before``: each boundary hands keys from one version to one other,
+    and within a canary the share only grows (a key never moves back and forth)."""
+    if seg.rule == before.rule:
+        if seg.canary is None:
+            raise ValueError(f"segment {i} repeats primary {seg.primary!r} of segment "
+                             f"{i - 1}; merge them")
+        raise ValueError(f"segment {i} repeats segment {i - 1} ({seg.rule.describe()}); "
+                         "merge them")
+    old, new = before.canary, seg.canary
+    if new is not None and seg.primary != before.primary:
+        start = "keeps" if old is not None else "starts"
+        raise ValueError(
+            f"segment {i} makes {seg.primary!r} primary and {start} canary {new.version!r} "
+            f"at once: a canary runs on the previous segment's primary ({before.primary!r}); "
+            "switch the primary in a segment without a canary")
+    if old is None or new is None:
+        if old is not None and seg.primary not in (before.primary, old.version):
+            raise ValueError(
+                f"segment {i} gives every key to {seg.primary!r}, which is neither segment "
+                f"{i - 1}'s primary {before.primary!r} (a rollback) nor its canary "
+                f"{old.version!r} (the full switch); end the canary with one of those first")
+        return
+    if new.version != old.version:
+        raise ValueError(
+            f"segment {i} changes the canary from {old.version!r} to {new.version!r}: end "
+            f"the canary of {old.version!r} first (a segment without a canary)")
+    if new.buckets < old.buckets:
+        raise ValueError(
+            f"segment {i} gives canary {new.version!r} a share of {new.share:g}, less than "
+            f"segment {i - 1}'s {old.share:g}: shares only grow (a key would move back to "
+            f"{seg.primary!r}); to roll back, start a segment without a canary")
 
 
 def sign_plan(plan: CutoverPlan, key: bytes) -> CutoverPlan:

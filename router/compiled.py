@@ -26,6 +26,10 @@ checked here at import (the start-up log says why, if not).
 tests/integration/test_direct_produce.py reads a routed output back and compares it with the
 raw records, byte for byte.
 
+A timeline with a per-key canary (cutover.key_primary) makes a record's primary depend on its
+key, which the compiled path does not read: while a partition's timeline has one, its run
+declines (:class:`KeyBlindRun`) and the interpreted rule decides every record of it.
+
 The extension is built by ``pip install`` when a C compiler is there (setup.py, optional);
 without it, or with ``CUTOVER_COMPILED_PATH=0``, the router runs interpreted, and its start-up
 log says which.
@@ -36,12 +40,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from confluent_kafka import KafkaException, Message, Producer
 
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
+from router.decision import PartitionRouter
 from router.dedup_filter import MASK_SHIFT, MASKS
 from router.identity import record_identity
 from router.inline_output import InlineStream
@@ -49,7 +54,7 @@ from router.output_writer import Output
 from router.partition import Owned
 
 if TYPE_CHECKING:
-    from router._fastpath import Run as Run
+    from router._fastpath import Run as CRun
 
 _fastpath: ModuleType | None
 try:
@@ -58,6 +63,29 @@ except ImportError:  # no C compiler when installed: the interpreted path
     _fastpath = None
 
 ENV = "CUTOVER_COMPILED_PATH"
+
+
+class Run(Protocol):
+    """What the loop asks of a partition's run in a batch (router._fastpath.Run's scan)."""
+
+    def scan(self, msgs: list[Message], start: int, /) -> int: ...
+
+
+class KeyBlindRun:
+    """A compiled run that declines (-1: the interpreted path decides) while its partition's
+    timeline has a per-key canary. Checked at every scan, not once per batch: a plan applied
+    in the middle of a batch (one that waited for a re-read) may bring the canary."""
+
+    __slots__ = ("_router", "_run")
+
+    def __init__(self, router: PartitionRouter, run: CRun) -> None:
+        self._router = router
+        self._run = run
+
+    def scan(self, msgs: list[Message], start: int, /) -> int:
+        if self._router.reads_keys:
+            return -1
+        return self._run.scan(msgs, start)
 
 
 def available() -> bool:
@@ -142,12 +170,12 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
     ``stream`` while it is live (transactions), else to the batch's ``queue``."""
     assert _fastpath is not None
     rs = owned.route.settings
-    run: Run = _fastpath.Run(router=owned.router, store=owned.store,
-                             durability=owned.durability, bound=owned.bound,
-                             identity=owned.route.identity, topic=topic,
-                             partition=owned.partition, output=rs.output, stream=stream,
-                             queue=queue)
-    return run
+    run: CRun = _fastpath.Run(router=owned.router, store=owned.store,
+                              durability=owned.durability, bound=owned.bound,
+                              identity=owned.route.identity, topic=topic,
+                              partition=owned.partition, output=rs.output, stream=stream,
+                              queue=queue)
+    return KeyBlindRun(owned.router, run)
 
 
 class CompiledLoop:

@@ -23,6 +23,13 @@ a replay after a restart, on any worker, then sees the same "now" and decides th
 With the router's clock a replay would come later, could forward a record it had
 dead-lettered, move the horizon differently and pin a later plan elsewhere than the first run
 did. Old event times (backfills) are never poison.
+
+Per-key canary (cutover.key_primary): a segment may make another version primary for the keys
+in a share of the key buckets. The record's primary is then its segment's rule applied to its
+key's bucket, so it depends only on the timeline, the key and the event time; pinning works on
+whole segments, canary and all, as for any boundary. Ordered handover holds a record only when
+its key changes primary at a boundary not yet passed, and a boundary is passed when every
+version that gives keys away there has passed it (for a whole switch: the old primary).
 """
 
 from __future__ import annotations
@@ -30,10 +37,19 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from itertools import pairwise
+from typing import Any, NamedTuple, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from cutover.key_primary import Canary, KeyRule, bucket_of, handovers, moves
 from cutover.plan import CutoverPlan
 from router.held_bound import HoldRule
 from router.identity import IdentityError, IdentityFn
@@ -77,42 +93,81 @@ class Decision:
     reason: str | None = None
 
 
+class TimelineSegment(NamedTuple):
+    """One segment of a timeline: its rule from ``start`` (None: the first) on."""
+
+    start: int | None
+    rule: KeyRule
+
+
 class Timeline(BaseModel):
-    """A partition's effective timeline: ``primaries[i]`` rules from ``bounds[i-1]`` on."""
+    """A partition's effective timeline: ``primaries[i]`` (with ``canaries[i]``, when any
+    segment has a canary) rules from ``bounds[i-1]`` on."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bounds: tuple[int, ...] = ()
     primaries: tuple[str, ...] = Field(min_length=1)
+    canaries: tuple[Canary | None, ...] = Field(
+        default=(), description="each segment's canary when any segment has one; absent "
+                                "otherwise, so a timeline without one is stored as before")
+
+    @model_validator(mode="after")
+    def _one_canary_per_segment(self) -> Timeline:
+        if self.canaries and (len(self.canaries) != len(self.primaries)
+                              or all(c is None for c in self.canaries)):
+            raise ValueError("canaries: one per segment (null for none), or absent when no "
+                             "segment has one")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_canaries(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if not self.canaries:
+            out.pop("canaries", None)
+        return out
 
     @classmethod
     def of_plan(cls, plan: CutoverPlan) -> Timeline:
         return cls(bounds=tuple(plan.boundaries),
-                   primaries=tuple(s.primary for s in plan.segments))
+                   primaries=tuple(s.primary for s in plan.segments),
+                   canaries=tuple(s.canary for s in plan.segments) if plan.has_canary else ())
+
+    @property
+    def rules(self) -> tuple[KeyRule, ...]:
+        canaries = self.canaries or (None,) * len(self.primaries)
+        return tuple(KeyRule.of(p, c) for p, c in zip(self.primaries, canaries, strict=True))
 
     def primary_at(self, t: int) -> str:
+        """The primary of a record without a key at ``t``."""
         return self.primaries[bisect.bisect_right(self.bounds, t)]
 
-    def below(self, h: int) -> list[tuple[int | None, str]]:
+    def rule_at(self, t: int) -> KeyRule:
+        return self.rules[bisect.bisect_right(self.bounds, t)]
+
+    def below(self, h: int) -> list[TimelineSegment]:
         """Segments restricted to event times <= h."""
-        out: list[tuple[int | None, str]] = [(None, self.primaries[0])]
-        for b, p in zip(self.bounds, self.primaries[1:], strict=True):
+        rules = self.rules
+        out = [TimelineSegment(None, rules[0])]
+        for b, rule in zip(self.bounds, rules[1:], strict=True):
             if b > h:
                 break
-            out.append((b, p))
+            out.append(TimelineSegment(b, rule))
         return out
 
     @classmethod
-    def from_segments(cls, segs: list[tuple[int | None, str]]) -> Timeline:
+    def from_segments(cls, segs: list[TimelineSegment]) -> Timeline:
         bounds: list[int] = []
-        prims: list[str] = []
-        for b, p in segs:
-            if prims and prims[-1] == p:
-                continue  # adjacent segments with one primary are one segment
+        rules: list[KeyRule] = []
+        for b, rule in segs:
+            if rules and rules[-1] == rule:
+                continue  # adjacent segments with one rule are one segment
             if b is not None:
                 bounds.append(b)
-            prims.append(p)
-        return cls(bounds=tuple(bounds), primaries=tuple(prims))
+            rules.append(rule)
+        canaries = tuple(r.canary_spec for r in rules)
+        return cls(bounds=tuple(bounds), primaries=tuple(r.primary for r in rules),
+                   canaries=canaries if any(c is not None for c in canaries) else ())
 
 
 class PartitionSnapshot(BaseModel):
@@ -185,6 +240,10 @@ class PartitionRouter:
         # Derived from the timeline, for the per-record path.
         self._bounds: tuple[int, ...] = ()
         self._primaries: tuple[str, ...] = ()
+        # each segment's rule when a canary is in the timeline, else None (no key is read)
+        self._rules: tuple[KeyRule, ...] | None = None
+        # per boundary: the versions that give keys away there and so must pass it
+        self._givers: tuple[tuple[str, ...], ...] = ()
         self._last_bound: int | None = None
         self._closed_upto = 0  # leading boundaries whose handover is complete
         self._hold_reason = self._over_reason = ""
@@ -212,9 +271,14 @@ class PartitionRouter:
         self.timeline = timeline
         if timeline is None:
             self._bounds, self._primaries, self._last_bound = (), (), None
+            self._rules, self._givers = None, ()
         else:
             self._bounds, self._primaries = timeline.bounds, timeline.primaries
             self._last_bound = self._bounds[-1] if self._bounds else None
+            rules = timeline.rules
+            self._rules = rules if timeline.canaries else None
+            self._givers = tuple(tuple(dict.fromkeys(h.old for h in handovers(a, b)))
+                                 for a, b in pairwise(rules))
         self._closed_upto = 0
         self._advance_closed()
         self._rule_changed()
@@ -225,13 +289,15 @@ class PartitionRouter:
         if self.timeline is None:
             why = "no cutover plan for this route yet"
         elif self._closed_upto < len(self._bounds):
-            why = (f"ordered handover: waiting for {self._primaries[self._closed_upto]!r} to "
+            givers = " and ".join(repr(v) for v in self._givers[self._closed_upto])
+            why = (f"ordered handover: waiting for {givers} to "
                    f"pass {self._bounds[self._closed_upto]}")
         else:
             why = "ordered handover"  # nothing is held once every boundary has closed
         self._hold_reason = why
         self._hold_rule = HoldRule(self.timeline is not None, self.ordered, self._bounds,
-                                   self._primaries, self._closed_upto, self._tolerance)
+                                   self._primaries, self._closed_upto, self._tolerance,
+                                   self._rules)
         self._over_reason = (f"{why}; {self.max_held} records held (max_held): not kept, read "
                              "again from the raw topic")
 
@@ -256,8 +322,9 @@ class PartitionRouter:
             if old_below == new.below(h):  # agrees on everything decided: nothing to pin
                 effective, pinned = new, ()
             else:
-                segs = [*old_below, (h + 1, new.primary_at(h + 1))]
-                segs += [(b, p) for b, p in zip(new.bounds, new.primaries[1:], strict=True)
+                segs = [*old_below, TimelineSegment(h + 1, new.rule_at(h + 1))]
+                segs += [TimelineSegment(b, rule)
+                         for b, rule in zip(new.bounds, new.rules[1:], strict=True)
                          if b > h + 1]
                 effective, pinned = Timeline.from_segments(segs), (h + 1,)
         self.epoch = plan.epoch
@@ -295,9 +362,10 @@ class PartitionRouter:
         """The fast half of :meth:`observe` for a well-formed data record: True (and counted)
         when ``version`` is not the primary for ``t``; then nothing else about the record is
         needed. Half of all raw records are the other version's. Otherwise (a poison
-        timestamp too) the caller gets the decision from :meth:`decide`."""
+        timestamp too, and every record while a canary is in the timeline: its primary
+        depends on its key) the caller gets the decision from :meth:`decide`."""
         prims = self._primaries
-        if not prims:
+        if not prims or self._rules is not None:
             return False
         lb = self._last_bound  # most records fall in the last segment: checked first
         if version == (prims[-1] if lb is None or t >= lb
@@ -325,11 +393,21 @@ class PartitionRouter:
         lb = self._last_bound
         seg = (len(self._bounds) if lb is None or t >= lb
                else bisect.bisect_right(self._bounds, t))
-        if rec.version != self._primaries[seg]:
-            self._count_suppressed(rec.version, t)
-            return Decision(Outcome.SUPPRESS, rec)
-        if self.ordered and seg > self._closed_upto:
-            return self._hold(rec, releasing)
+        rules = self._rules
+        if rules is None:
+            if rec.version != self._primaries[seg]:
+                self._count_suppressed(rec.version, t)
+                return Decision(Outcome.SUPPRESS, rec)
+            if self.ordered and seg > self._closed_upto:
+                return self._hold(rec, releasing)
+        else:  # a canary: the primary of the record's key
+            bucket = bucket_of(rec.key)
+            if rec.version != rules[seg].owner(bucket):
+                self._count_suppressed(rec.version, t)
+                return Decision(Outcome.SUPPRESS, rec)
+            if self.ordered and seg > self._closed_upto and \
+                    moves(rules, self._closed_upto, seg, bucket):
+                return self._hold(rec, releasing)
         h = self.horizon
         if h is not None and t < h - self.retention_ms:
             self.counters.dead_lettered += 1
@@ -383,13 +461,14 @@ class PartitionRouter:
 
     def _advance_closed(self) -> bool:
         """Close boundaries whose previous primary has passed them; True if any closed."""
-        bounds, prims, wms = self._bounds, self._primaries, self.watermarks
+        bounds, givers, wms = self._bounds, self._givers, self.watermarks
         before = self._closed_upto
         i = before
         ct = self.closed_through
         while i < len(bounds):
             b = bounds[i]
-            if (ct is not None and b <= ct) or wms.get(prims[i], NO_WATERMARK) >= b:
+            if (ct is not None and b <= ct) or all(wms.get(v, NO_WATERMARK) >= b
+                                                   for v in givers[i]):
                 i += 1
             else:
                 break
@@ -415,6 +494,12 @@ class PartitionRouter:
                 out.append(d)
         self.held = keep
         return out
+
+    @property
+    def reads_keys(self) -> bool:
+        """A canary is in this partition's timeline: a record's primary depends on its key,
+        which the compiled path does not read (router.compiled declines then)."""
+        return self._rules is not None
 
     # -- readiness inputs -------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
+from cutover.key_primary import KeyRule, bucket_of, moves
 from cutover.plan import CutoverPlan
 
 
@@ -46,8 +47,11 @@ class HoldRule(NamedTuple):
     primaries: tuple[str, ...]
     closed_upto: int               # leading boundaries whose handover is complete
     tolerance: int                 # future tolerance (ms): a poison record is never held
+    # each segment's rule when a canary is in the timeline (a record's key decides), else None
+    rules: tuple[KeyRule, ...] | None = None
 
-    def holds(self, version: str, t: int, written_at: int | None) -> bool:
+    def holds(self, version: str, t: int, written_at: int | None,
+              key: bytes | None = None) -> bool:
         if written_at is not None and t - self.tolerance > written_at >= 0:
             return False  # dead-lettered as a poison timestamp, never held
         if not self.planned:
@@ -55,7 +59,13 @@ class HoldRule(NamedTuple):
         if not self.ordered:
             return False
         seg = bisect.bisect_right(self.bounds, t)
-        return seg > self.closed_upto and version == self.primaries[seg]
+        if seg <= self.closed_upto:
+            return False
+        if self.rules is None:
+            return version == self.primaries[seg]
+        bucket = bucket_of(key)
+        return (version == self.rules[seg].owner(bucket)
+                and moves(self.rules, self.closed_upto, seg, bucket))
 
 
 class Segment(NamedTuple):
@@ -77,12 +87,13 @@ class Window:
     rule: HoldRule
     context: tuple[Segment, ...] = ()
 
-    def dropped(self, offset: int, version: str, t: int, written_at: int | None) -> bool:
-        """Was the data record at ``offset`` (at or after ``start``) not kept?"""
-        if not self.rule.holds(version, t, written_at):
+    def dropped(self, offset: int, version: str, t: int, written_at: int | None,
+                key: bytes | None = None) -> bool:
+        """Was the data record at ``offset`` (at or after ``start``, with ``key``) not kept?"""
+        if not self.rule.holds(version, t, written_at, key):
             return False
         outer = _segment_at(self.context, offset)
-        return outer is None or outer.dropped(offset, version, t, written_at)
+        return outer is None or outer.dropped(offset, version, t, written_at, key)
 
 
 def _segment_at(segments: tuple[Segment, ...], offset: int) -> Window | None:
@@ -193,6 +204,8 @@ class HeldBound:
         return Pass.FIRST
 
     def dropped(self, topic: str, offset: int, version: str, t: int,
-                written_at: int | None) -> bool:
-        """For a data record :meth:`place` called AGAIN: was it not kept on its last pass?"""
-        return self.topics[topic].rewind[0].window.dropped(offset, version, t, written_at)
+                written_at: int | None, key: bytes | None = None) -> bool:
+        """For a data record :meth:`place` called AGAIN: was it not kept on its last pass?
+        (``key``: the record's key, which decides where a canary is in the timeline.)"""
+        return self.topics[topic].rewind[0].window.dropped(offset, version, t, written_at,
+                                                            key)

@@ -40,7 +40,8 @@ def read_before(owned: Owned, msg: Message, topic: str, off: int,
             tag = None  # dead-lettered on its first pass
         if tag is not None and tag.kind is RecordKind.DATA and tag.event_time is not None:
             envelope = (tag.version, tag.event_time)
-    if envelope is not None and bound.dropped(topic, off, *envelope, msg.timestamp()[1]):
+    if envelope is not None and bound.dropped(topic, off, *envelope, msg.timestamp()[1],
+                                              msg.key()):
         return False
     dur = owned.durability
     dur.next_offsets[topic] = off + 1

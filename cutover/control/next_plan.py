@@ -54,8 +54,11 @@ def next_plan(view: RouteView, target: str, at: At, margin: int, max_lag: int, f
                                deadline=deadline, issued_at=now, issued_by=issued_by)
             return NextPlan(plan, f"first plan for route {route}: {target} is primary for all "
                                   "event times")
-        current = view.plan.segments[-1].primary
-        if target == current and not force:
+        last = view.plan.segments[-1]
+        current = last.primary if last.canary is None else \
+            f"{last.primary} with canary {last.canary.version} at {last.canary.share:g}"
+        # with a canary in force, switching to the primary is the canary's rollback
+        if target == last.primary and last.canary is None and not force:
             raise SwitchRefused(f"{target!r} is already the primary of route {route} (epoch "
                                 f"{view.plan.epoch}); nothing to switch")
         n = view.num_partitions or 0
@@ -69,7 +72,7 @@ def next_plan(view: RouteView, target: str, at: At, margin: int, max_lag: int, f
             _check_safe(view, target, boundary, margin, max_lag)
         kept = [s for s in view.plan.segments if s.from_event_time is None
                 or s.from_event_time < boundary]
-        if kept[-1].primary != target:
+        if kept[-1].primary != target or kept[-1].canary is not None:
             kept.append(Segment(from_event_time=boundary, primary=target))
         epoch = max(view.plan.epoch, view.control_epoch or 0) + 1
         plan = CutoverPlan(route=route, epoch=epoch, segments=tuple(kept), deadline=deadline,

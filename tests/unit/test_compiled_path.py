@@ -8,7 +8,8 @@ objects); one decides with ``_handle_all``, the other with the compiled loop
 mix what the compiled path takes (well-formed data of either version) with everything it must
 leave (heartbeats, malformed and unusual headers, error records, poison timestamps, records
 older than the retention, duplicates, records the ordered handover holds, identities the
-filter cannot tell apart, a partition paused over max_held). The producer is a recorder (the
+filter cannot tell apart, a partition paused over max_held, a plan with a per-key canary,
+which the compiled path leaves to the interpreted rule). The producer is a recorder (the
 subject is the decision and the output's order, not Kafka); it can refuse a produce with a
 full queue or fail one, as confluent-kafka does.
 """
@@ -35,6 +36,7 @@ from cutover.headers import (
     TaggedRecord,
     heartbeat_headers,
 )
+from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
 from router import compiled
@@ -237,11 +239,19 @@ def _end_batch(dp: DataPath) -> None:
         o.store.flush()
 
 
-PLANS = [
-    [(None, "blue")],
-    [(None, "blue"), (T0 + 20_000, "green")],
-    [(None, "green"), (T0 + 5_000, "blue"), (T0 + 30_000, "green")],
+HALF_GREEN = Canary(version="green", share=0.5)  # keys k1, k3 and k4 of the records above
+PLANS: list[list[tuple[int | None, str, Canary | None]]] = [
+    [(None, "blue", None)],
+    [(None, "blue", None), (T0 + 20_000, "green", None)],
+    [(None, "green", None), (T0 + 5_000, "blue", None), (T0 + 30_000, "green", None)],
+    [(None, "blue", None), (T0 + 10_000, "blue", HALF_GREEN)],
+    [(None, "blue", HALF_GREEN)],
 ]
+
+
+def _plan(epoch: int, segments: list[tuple[int | None, str, Canary | None]]) -> CutoverPlan:
+    return CutoverPlan(route="r", epoch=epoch, segments=[
+        Segment(from_event_time=t, primary=v, canary=c) for t, v, c in segments])
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -268,8 +278,7 @@ def test_the_compiled_path_decides_as_the_interpreted_one(
             msgs = _messages(recs, offsets)
             if plans[b] is not None:
                 epoch += 1
-                plan = CutoverPlan(route="r", epoch=epoch, segments=[
-                    Segment(from_event_time=t, primary=v) for t, v in PLANS[plans[b]]])
+                plan = _plan(epoch, PLANS[plans[b]])
                 for dp, _ in worlds:
                     dp._apply_everywhere(plan)
             (a, pa), (c, pc) = worlds
@@ -314,3 +323,31 @@ def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
     assert r.counters.suppressed == {"green": 101}  # the warm-up's one, then 100
     assert len(producer.sent) - sent == 99  # the newest is held back (router.inline_output)
 
+
+
+def test_a_canary_plan_is_decided_by_the_interpreted_rule(tmp_path: Path) -> None:
+    """A record's primary under a canary depends on its key, which the compiled path does not
+    read: its run declines, from the scan after the plan arrives (even in the middle of a
+    batch), and the interpreted rule gives each key its primary."""
+    dp, _ = _world(tmp_path, ordered=False, max_held=1000, identity="record", stream=False,
+                   refuse=set(), fail=set())
+    warm = _messages([{"kind": "data", "t": T0, "version": v, "topic": RAW[0], "p": 0,
+                       "key": b"w", "value": v.encode(), "job": [], "odd": []}
+                      for v in ("blue", "green")], {})
+    dp._handle_all(warm)  # the versions become known to the header recognizer
+    dp._apply_everywhere(_plan(1, PLANS[0]))
+    _end_batch(dp)
+    owned = dp.owned[("r", 0)]
+    run = compiled.make_run(owned, RAW[0], None, dp._writer.queue)  # type: ignore[union-attr]
+    keys = [b"k1", b"k2", b"k3", b"k4", None]
+    recs = [{"kind": "data", "t": T0 + 20_000 + i, "version": v, "topic": RAW[0], "p": 0,
+             "key": k, "value": b"v%d" % i, "job": [], "odd": []}
+            for i, k in enumerate(keys) for v in ("blue", "green")]
+    msgs = _messages(recs, {(RAW[0], 0): 1})
+    dp._apply_everywhere(_plan(2, PLANS[4]))  # after the run was made
+    assert run.scan(msgs, 0) == -1
+    compiled.CompiledLoop(dp._handle_all, dp._run_for).handle(msgs)
+    queue = dp._writer.queue  # type: ignore[union-attr]
+    forwarded = [(key, dict(headers)[VERSION]) for _, _, key, _, headers, _ in queue]
+    assert forwarded == [(b"k1", b"green"), (b"k2", b"blue"), (b"k3", b"green"),
+                         (b"k4", b"green"), (None, b"blue")]

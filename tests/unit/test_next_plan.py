@@ -10,6 +10,7 @@ from rule_support import make_plan
 
 from cutover.control.next_plan import At, NextPlan, SwitchRefused, next_plan
 from cutover.control.routes import PartitionReport, RouteView
+from cutover.plan import CutoverPlan
 from cutover.status import PartitionStatus
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -124,3 +125,33 @@ def test_refuses_a_target_that_lags_the_leading_version() -> None:
 def test_refuses_a_target_that_is_not_a_version_id() -> None:
     with pytest.raises(SwitchRefused, match="the plan would be invalid"):
         switch(view((7_000, {"blue": 5_000, "gr een": 5_000})), to="gr een")
+
+
+def canary_view(share: float = 0.05) -> RouteView:
+    """blue primary, green the canary of a share of the keys from 2,000 on."""
+    v = view((7_000, CAUGHT_UP))
+    v.plan = CutoverPlan.model_validate({"route": "r", "epoch": 1, "segments": [
+        {"from_event_time": None, "primary": "blue"},
+        {"from_event_time": 2_000, "primary": "blue",
+         "canary": {"version": "green", "share": share}}]})
+    return v
+
+
+def test_switching_to_the_primary_during_a_canary_rolls_the_canary_back() -> None:
+    plan, summary = switch(canary_view(), to="blue")
+    assert [(s.primary, s.canary) for s in plan.segments[1:]] == [
+        ("blue", plan.segments[1].canary), ("blue", None)]
+    assert plan.transition == ("green", "blue", 17_000)
+    assert summary == "route r: blue with canary green at 0.05 -> blue at event time 17000 " \
+                      "(epoch 2)"
+
+
+def test_switching_to_the_canary_version_gives_it_every_key() -> None:
+    plan, _ = switch(canary_view(), to="green")
+    assert plan.segments[-1].primary == "green" and plan.segments[-1].canary is None
+    assert plan.transition == ("blue", "green", 17_000)
+
+
+def test_switching_to_a_third_version_during_a_canary_is_refused_with_the_rule() -> None:
+    with pytest.raises(SwitchRefused, match="neither segment 1's primary 'blue'"):
+        switch(canary_view(), to="red", force=True)

@@ -59,16 +59,25 @@ class Assignment:
     parked: dict[PartitionKey, Owned] = field(default_factory=dict)
     # Where each raw partition was put, until its first record confirms it (router.positions).
     positions: PositionCheck = field(default_factory=PositionCheck)
+    # The group's assignment is incremental (router.kafka_io.assignment_strategy): the
+    # callbacks are given only the partitions that move, and add or remove just those.
+    cooperative: bool = False
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)
                        for tp in partitions if tp.topic in self.topic_route})
         self.before_change(set(self.parked) - set(keys))   # the parked ones that moved
+        if self.txn is not None and keys:
+            # once for every partition given, kept or new: the writers that hold one back are
+            # named by the checkpoints of all of them (router.fencing)
+            self.txn.start()
+            self._end_open_transactions(set(keys))
         kept = self._unwritten_since([k for k in keys if k in self.parked])
         for key in kept:
             self.owned[key] = self.parked.pop(key)
         self._close(self.parked)   # moved to another worker
-        self.owned.update(self._resume(consumer, [k for k in keys if k not in self.owned]))
+        self.owned.update(self._resume(consumer, [k for k in keys if k not in self.owned],
+                                       ended=True))
         assign = []
         for tp in partitions:
             rt = self.topic_route.get(tp.topic)
@@ -77,7 +86,10 @@ class Assignment:
             owned = self.owned[(rt.settings.name, tp.partition)]
             assign.append(TopicPartition(tp.topic, tp.partition,
                                          owned.durability.next_offsets.get(tp.topic, 0)))
-        consumer.assign(assign)
+        if self.cooperative:
+            consumer.incremental_assign(assign)
+        else:
+            consumer.assign(assign)
         self.positions.positioned(assign)
         self._index()
         self.board.changed = True
@@ -86,8 +98,9 @@ class Assignment:
                  f" ({len(kept)} kept through the rebalance)" if kept else "")
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """An orderly rebalance revokes every partition (the range assignment is eager),
-        mostly to give most of them straight back. With transactions a revoked partition is
+        """An orderly rebalance revokes the partitions that move (cooperative assignment), or
+        every partition (range, which is eager), mostly to give most of them straight back.
+        With transactions a revoked partition is
         parked, not closed: if the next assignment gives it back, it goes on from where it
         stood, without a takeover (no checkpoint read or read-back), so a worker joining or
         leaving stops only the partitions that move. Why that is safe: a partition given back
@@ -105,13 +118,15 @@ class Assignment:
         if self.txn is None:
             self.before_change(None)
             self.drop(keys)
-            return
-        self.before_change(set())
-        for key in keys:
-            owned = self.owned.pop(key, None)
-            if owned is not None:
-                self.parked[key] = owned
-        self._index()
+        else:
+            self.before_change(set())
+            for key in keys:
+                owned = self.owned.pop(key, None)
+                if owned is not None:
+                    self.parked[key] = owned
+            self._index()
+        if self.cooperative:
+            consumer.incremental_unassign(partitions)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The session expired: the partitions may already be another worker's. With
@@ -131,6 +146,8 @@ class Assignment:
         self.drop({(self.topic_route[tp.topic].settings.name, tp.partition)
                    for tp in partitions if tp.topic in self.topic_route})
         self._close(self.parked)
+        if self.cooperative:
+            consumer.incremental_unassign(partitions)
 
     def park_all(self) -> None:
         """Park every owned partition whole (the consumer alone is being rebuilt, with
@@ -208,11 +225,10 @@ class Assignment:
         """The parked partitions of ``keys`` that no other worker wrote since this worker's
         last checkpoint of them (the others are closed and taken over again): the newest
         checkpoint in the topic's order is still this worker's, of its ownership generation.
-        Transactions still open on them are ended first (router.fencing), since a worker that
-        received a partition in between may still be committing it."""
+        The caller has ended the transactions still open on them (router.fencing): a worker
+        that received a partition in between may still have been committing it."""
         if not keys or self.txn is None:
             return keys
-        self._end_open_transactions(set(keys))
         last = last_written(client_conf(self.settings), self.ckpt_topic, set(keys))
         kept = []
         for key in keys:
@@ -230,20 +246,22 @@ class Assignment:
         self.by_tp = {(t, p): o for (_, p), o in self.owned.items()
                       for t in o.route.settings.inputs}
 
-    def _resume(self, consumer: Consumer, keys: list[PartitionKey]) -> dict[PartitionKey, Owned]:
+    def _resume(self, consumer: Consumer, keys: list[PartitionKey],
+                ended: bool = False) -> dict[PartitionKey, Owned]:
         """Take partitions over from their newest checkpoints (router.takeover). With
         transactions, first start the worker's producers (which aborts its own transactions
         of a previous run), and end the previous owners' open transactions on the partitions'
-        outputs and on the checkpoint topic (router.fencing), so that the newest committed
-        checkpoint is the one read and nothing is committed under the read-back."""
+        outputs and on the checkpoint topic (router.fencing; ``ended``: the caller did), so
+        that the newest committed checkpoint is the one read and nothing is committed under
+        the read-back."""
         if not keys:
             return {}
         conf = client_conf(self.settings)
         began = time.monotonic()
-        if self.txn is not None:
+        if self.txn is not None and not ended:
             self.txn.start()
             self._end_open_transactions(set(keys))
-        ended = time.monotonic()
+        fenced = time.monotonic()
         ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
         read = time.monotonic()
 
@@ -260,5 +278,5 @@ class Assignment:
                           atomic=self.txn is not None)
         log.info("took %d partitions over in %.2fs: producers and open transactions %.2fs, "
                  "checkpoints %.2fs, stores and read-back %.2fs", len(keys),
-                 time.monotonic() - began, ended - began, read - ended, time.monotonic() - read)
+                 time.monotonic() - began, fenced - began, read - fenced, time.monotonic() - read)
         return taken

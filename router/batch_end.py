@@ -153,8 +153,8 @@ class BatchEnd:
     consumer: Callable[[], Consumer]
     consumer_failed: Callable[[], bool]   # the consumer reported a fatal error
     recover: Callable[[Failed], Stale]
-    # The group metadata of the last consume, if the worker was a member then
-    # (router.transactions: a transaction's offsets are sent with it).
+    # The data consumer's group metadata, if the worker is a member (router.transactions: a
+    # transaction's offsets are sent with it). Called from the commit threads.
     group: Callable[[], bytes | None]
     # Partitions a rebalance revoked and the next assignment has not placed yet (the
     # assignment's own, shared: router.assignment.Assignment.parked).
@@ -193,7 +193,7 @@ class BatchEnd:
         if self.txn is not None:
             keys = self._transaction_keys(busy)
             flush = StoreFlush({k: self.owned[k] for k in keys})
-            got = write_batch(self.txn, BatchWrite(self.ckpt_topic, ckpts, keys, self.group()),
+            got = write_batch(self.txn, BatchWrite(self.ckpt_topic, ckpts, keys, self.group),
                               bool(writer.queue), lambda: self._send(self.txn, checked),
                               max(self.clock.left(0.9), 1.0), flush)
             writer.queue.clear()

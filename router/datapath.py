@@ -79,7 +79,9 @@ from router.gc_pause import batch_gc_pause, freeze_start_up
 from router.held_reads import read_before, rewind_if_changed
 from router.inline_output import Forward, InlineStream
 from router.kafka_io import (
+    COOPERATIVE,
     BrokerUnavailable,
+    assignment_strategy,
     client_conf,
     data_consumer_conf,
     wait_for_broker,
@@ -167,9 +169,6 @@ class DataPath:
         self._control: ControlReader | None = None
         self._parts: Assignment | None = None
         self._end: BatchEnd | None = None
-        # The group metadata of the last consume (None: not a member then): a batch's
-        # transactions send their offsets with it (router.transactions).
-        self._group: bytes | None = None
         # The per-record path: compiled where it can (router.compiled), else interpreted.
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
                         if compiled.enabled() else self._handle_all)
@@ -219,10 +218,11 @@ class DataPath:
                              ckpt_topic=self.ckpt_topic, worker_id=self.worker_id,
                              clock=self.clock, consumer=self._current_consumer,
                              consumer_failed=lambda: self._consumer_fatal is not None,
-                             recover=self._recover, group=lambda: self._group,
+                             recover=self._recover, group=self._group_metadata,
                              parked=self._parts.parked,
                              stuck_s=self.settings.commit_stuck_s)
         self._parts.before_change = self._before_change
+        self._parts.cooperative = assignment_strategy(self.settings) == COOPERATIVE
         self._parts.on_takeover = self._note_takeover
         self._join()
         self.ready.set()
@@ -419,7 +419,6 @@ class DataPath:
         self._took_over = False
         msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
-        self._group = self._group_metadata()
         self._raise_if_consumer_failed()
         progressed = bool(msgs) or self._took_over
         msgs = self._check_positions(msgs)
@@ -463,16 +462,19 @@ class DataPath:
             self._judge_stall()
 
     def _group_metadata(self) -> bytes | None:
-        """The group metadata as of the consume just returned, if the worker is a member: the
-        generation the group gave its assignment. Taken here, not when the batch's offsets are
-        sent: after a lost session the client blanks its member id and generation, and the
-        group coordinator does not check a blank one (router.transactions)."""
-        if self._txn is None:
+        """The data consumer's group metadata, if the worker is a member of its group now
+        (router.transactions; called from the commit threads). None without a member id: the
+        client blanks it when its session is lost, and the group coordinator does not check a
+        blank generation."""
+        consumer = self._consumer
+        if consumer is None:
             return None
-        assert self._consumer is not None
-        if not self._consumer.memberid():
+        try:
+            if not consumer.memberid():
+                return None
+            return consumer.consumer_group_metadata()
+        except (KafkaException, RuntimeError):   # closed by a rebuild meanwhile
             return None
-        return self._consumer.consumer_group_metadata()
 
     # -- partitions set aside -----------------------------------------------------------------
 

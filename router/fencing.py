@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pydantic import ValidationError
 
 from router.checkpoint import Checkpoint, checkpoint_key, read_checkpoints
-from router.kafka_io import offsets_range, partitions_of, read_to_end, reader_conf
+from router.kafka_io import end_offsets, partitions_of, read_to_end, reader_conf
 from router.transactions import INIT_TIMEOUT_S, PartitionKey, slot_ids
 
 log = logging.getLogger("cutover.router")
@@ -59,19 +59,17 @@ class Unstable:
 def open_transactions(conf: dict[str, Any], tps: list[TopicPartition],
                       timeout_s: float) -> list[Unstable]:
     """The partitions of ``tps`` whose last stable offset stays below their end as it was at
-    the call (an open transaction holds them back) after ``timeout_s``."""
+    the call (an open transaction holds them back) after ``timeout_s``. One ListOffsets per
+    leader for each ask (kafka_io.end_offsets), not one per partition."""
     everything = Consumer({**reader_conf(conf), "isolation.level": "read_uncommitted"})
     committed = Consumer(reader_conf(conf))
     try:
-        ends = {(tp.topic, tp.partition): offsets_range(everything, tp)[1] for tp in tps}
+        ends = end_offsets(everything, tps)
         deadline = time.monotonic() + timeout_s
         while True:
-            held = []
-            for tp in tps:
-                end = ends[(tp.topic, tp.partition)]
-                stable = offsets_range(committed, tp)[1]
-                if stable < end:
-                    held.append(Unstable(tp, stable, end))
+            stable = end_offsets(committed, tps)
+            held = [Unstable(tp, stable[key], ends[key]) for tp in tps
+                    if stable[key := (tp.topic, tp.partition)] < ends[key]]
             if not held or time.monotonic() > deadline:
                 return held
             time.sleep(0.05)

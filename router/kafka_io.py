@@ -100,13 +100,30 @@ SESSION_TIMEOUT_MS = 6000
 PREFETCH = {"queued.max.messages.kbytes": 262144, "fetch.queue.backoff.ms": 20}
 
 
+COOPERATIVE = "cooperative-sticky"
+
+
+def assignment_strategy(settings: RouterSettings) -> str:
+    """How the group assigns raw partitions. Where every route reads one raw topic,
+    cooperative incremental assignment (KIP-429): a worker joining or leaving moves only the
+    partitions that change owner, and the others keep flowing through the rebalance. Where a
+    route reads one topic per version, partition p of each must stay with one worker, which
+    only the range assignment guarantees (it is eager: every partition stops for a rebalance).
+    The operator may ask for ``range`` (``kafka: {partition.assignment.strategy: range}``),
+    e.g. to join a group of workers that still use it: a group cannot mix the two."""
+    if any(len(rs.inputs) > 1 for rs in settings.routes):
+        return "range"
+    return "range" if settings.kafka.get("partition.assignment.strategy") == "range" \
+        else COOPERATIVE
+
+
 def data_consumer_conf(settings: RouterSettings, instance_id: str | None) -> dict[str, Any]:
     """The router's data consumer: the group, static membership when ``instance_id`` is
     given, a short session; the operator's ``kafka:`` settings win where given, except the
-    range assignment (co-partitioned inputs need it) and manual commits."""
+    assignment (:func:`assignment_strategy`) and manual commits."""
     extra: dict[str, Any] = {
         "group.id": settings.group_id, "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "partition.assignment.strategy": "range",
+        "auto.offset.reset": "earliest",
         "enable.partition.eof": False, **PREFETCH,
         "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
     }
@@ -115,7 +132,7 @@ def data_consumer_conf(settings: RouterSettings, instance_id: str | None) -> dic
     conf = client_conf(settings, **extra)
     for k, v in extra.items():
         conf[k] = settings.kafka.get(k, v)
-    conf["partition.assignment.strategy"] = "range"
+    conf["partition.assignment.strategy"] = assignment_strategy(settings)
     conf["enable.auto.commit"] = False
     return conf
 

@@ -13,12 +13,15 @@ transaction. Why this shape (docs/decisions/019-a-few-producers-per-worker.md):
   broker hold every partition (docs/decisions/015-frozen-broker-holds-its-own-partitions.md).
 
 Fencing a previous owner (KIP-447). Each transaction sends the resume offsets of its
-partitions to the group with the group metadata captured at the consume that last confirmed
-ownership (:meth:`WorkerTransactions.commit`), after its records are all delivered: the group
-coordinator refuses them if the worker's generation is no longer the group's, and the
-transaction aborts. Metadata taken at send time could be blank after a lost session, and a
-blank generation is not checked. A previous owner that sent its offsets and froze before its
-commit is not stopped by that: the new owner waits for the open transactions on its
+partitions to the group with the consumer's group metadata (:meth:`WorkerTransactions.commit`),
+after its records are all delivered: the group coordinator refuses them once the worker is no
+longer a member of the group's generation, and the transaction aborts. The metadata is the
+consumer's as the offsets are sent, not as the batch was consumed: a rebalance that moves
+other partitions bumps the generation under commits in flight, and a stale one would abort
+them all. A blank member id (the client resets it when its session is lost) is refused
+here, since the coordinator does not check a blank generation. A previous owner that sent
+its offsets and froze before its commit, or whose partition was revoked while its commit was
+in flight, is not stopped by that: the new owner waits for the open transactions on its
 partitions' outputs and checkpoints to end, and fences their writers by id after
 :data:`router.fencing.FENCE_GRACE_S` (router.fencing), before it reads anything back.
 
@@ -394,11 +397,11 @@ class WorkerTransactions:
 
     def commit(self, slot: Slot, keys: list[PartitionKey], sent: Sent | None,
                written: dict[PartitionKey, Owned], offsets: list[TopicPartition],
-               group: bytes | None, timeout_s: float) -> RouterError | None:
+               group: Callable[[], bytes | None], timeout_s: float) -> RouterError | None:
         """In the slot's commit thread: wait for its output and check it (router
         .output_writer.Sent.check), send the partitions' resume offsets to the group with
-        ``group`` (the metadata captured at the consume that confirmed ownership), commit.
-        Return why it failed (after aborting), or None."""
+        ``group()`` (the consumer's group metadata now; None: not a member), commit. Return
+        why it failed (after aborting), or None."""
         name = f"partitions {', '.join(f'{r}/{p}' for r, p in keys)}"
         try:
             if sent is not None:
@@ -406,10 +409,11 @@ class WorkerTransactions:
                     sent.check(written.get(key), slot.producer, timeout_s)
                 raise_at("txn-after-send")
             if offsets:
-                if group is None:
-                    raise OutputWriteFailed("the worker is not a member of the group at this "
-                                            "batch's consume: its ownership is not proven")
-                slot.producer.send_offsets_to_transaction(offsets, group, timeout_s)
+                metadata = group()
+                if metadata is None:
+                    raise OutputWriteFailed("the worker is not a member of its group now: its "
+                                            "ownership of the batch's partitions is not proven")
+                slot.producer.send_offsets_to_transaction(offsets, metadata, timeout_s)
         except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
             message = f"{name}: {exc}; the batch was aborted"
             refused = isinstance(exc, KafkaException) and is_fenced(exc)
@@ -492,7 +496,7 @@ class BatchWrite:
     ckpt_topic: str
     ckpts: list[Checkpoint]
     keys: set[PartitionKey]
-    group: bytes | None   # the group metadata of the consume that confirmed ownership
+    group: Callable[[], bytes | None]   # the consumer's group metadata (None: not a member)
 
 
 def write_batch(txn: WorkerTransactions, batch: BatchWrite, queued: bool,

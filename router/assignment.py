@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from cutover.plan import CutoverPlan
 from cutover.settings import RouterSettings
 from router.checkpoint import last_written, read_checkpoints
 from router.fencing import end_open_transactions
-from router.kafka_io import client_conf
+from router.kafka_io import client_conf, log_starts
 from router.partition import Owned, RouteRuntime
 from router.positions import PositionCheck
 from router.status_publisher import StatusBoard
@@ -94,8 +94,11 @@ class Assignment:
         self._index()
         self.board.changed = True
         self.on_takeover()
-        log.info("took over partitions %s%s", keys,
-                 f" ({len(kept)} kept through the rebalance)" if kept else "")
+        # every partition the worker owns now: with cooperative assignment the group gave only
+        # the new ones, and the others were never revoked
+        stayed = len(self.owned) - len(keys) + len(kept)
+        log.info("took over partitions %s%s", sorted(self.owned),
+                 f" ({stayed} kept through the rebalance)" if stayed else "")
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """An orderly rebalance revokes the partitions that move (cooperative assignment), or
@@ -265,13 +268,11 @@ class Assignment:
         ckpts = read_checkpoints(conf, self.ckpt_topic, set(keys))
         read = time.monotonic()
 
+        starts = log_starts(conf, [TopicPartition(t, p) for r, p in keys
+                                   for t in self.routes[r].settings.inputs])
+
         def low_offset(topic: str, partition: int) -> int:
-            try:
-                low, _ = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self.settings.request_timeout_s)
-                return max(int(low), 0)
-            except KafkaException:
-                return 0
+            return max(starts.get((topic, partition), 0), 0)
 
         taken = take_over(conf, self.routes, self.plans, {k: ckpts.get(k) for k in keys},
                           self.settings.state_dir, low_offset, self.memory,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    OFFSET_END,
     Consumer,
     KafkaError,
     KafkaException,
@@ -257,18 +258,21 @@ def offsets_range(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0,
 
 
 def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 30.0,
-                attempt_s: float = ATTEMPT_S) -> dict[tuple[str, int], int]:
+                attempt_s: float = ATTEMPT_S, which: int = OFFSET_END
+                ) -> dict[tuple[str, int], int]:
     """The end of each of ``tps`` (the last stable offset under ``read_committed``), asked in
     one ListOffsets per leader rather than one round trip per partition: the router asks it of
-    every output partition it writes, every batch (docs/decisions/011). Partitions that failed
-    are asked again while leadership moves (:func:`_ask_while_leaders_move`)."""
+    every output partition it writes, every batch (docs/decisions/011). ``which``:
+    OFFSET_BEGINNING asks for each one's start instead. Partitions that failed are asked again
+    while leadership moves (:func:`_ask_while_leaders_move`)."""
     ends: dict[tuple[str, int], int] = {}
     todo = list(tps)
 
     def ask() -> dict[tuple[str, int], int]:
         nonlocal todo
-        # timestamp -1 is ListOffsets' LATEST: the request a watermark query sends
-        got = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, -1)
+        # timestamps -1 and -2 are ListOffsets' LATEST and EARLIEST: what a watermark query
+        # sends
+        got = consumer.offsets_for_times([TopicPartition(tp.topic, tp.partition, which)
                                           for tp in todo], timeout=min(attempt_s, timeout))
         ends.update({(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.error is None})
         todo = [tp for tp in got if tp.error is not None]
@@ -279,6 +283,21 @@ def end_offsets(consumer: Consumer, tps: list[TopicPartition], timeout: float = 
         return ends
 
     return _ask_while_leaders_move(consumer, ask, lambda: todo, timeout)
+
+
+def log_starts(conf: dict[str, Any], tps: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    """The first offset of each of ``tps``, on a reader of its own (one ListOffsets per
+    leader); those not answered are left out."""
+    if not tps:
+        return {}
+    consumer = Consumer(reader_conf(conf))
+    try:
+        return end_offsets(consumer, tps, which=OFFSET_BEGINNING)
+    except KafkaException as exc:
+        log.info("start offsets not answered (%s)", exc)
+        return {}
+    finally:
+        consumer.close()
 
 
 def end_offsets_each(consumer: Consumer, tps: list[TopicPartition], attempt_s: float = ATTEMPT_S
@@ -371,12 +390,11 @@ def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | N
         return
     consumer = Consumer(reader_conf(conf))
     try:
-        pos: dict[int, int] = {}
-        for p, o in partitions.items():
-            low, high = offsets_range(consumer, TopicPartition(topic, p))
-            if low == high:
-                continue  # empty log: nothing to read, whatever the start
-            pos[p] = o
+        tps = [TopicPartition(topic, p) for p in partitions]
+        lows = end_offsets(consumer, tps, which=OFFSET_BEGINNING)
+        highs = end_offsets(consumer, tps)
+        # empty logs: nothing to read, whatever the start
+        pos = {p: o for p, o in partitions.items() if lows[(topic, p)] != highs[(topic, p)]}
         if not pos:
             return
         consumer.assign([TopicPartition(topic, p, o) for p, o in pos.items()])

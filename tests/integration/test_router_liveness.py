@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
+from cutover.settings import RouterSettings
+from router.kafka_io import data_consumer_conf
 from testground.brokers import BrokerUnderTest
 from tests.integration.harness import Env, Job, RouterProcess, check_output, events
 
@@ -37,9 +39,16 @@ def test_a_fenced_static_member_rebuilds_its_consumer_and_forwards_again(
         blue.emit(events(0, 200))
         env.wait_output(200)
 
+        strategy = data_consumer_conf(RouterSettings.model_validate(
+            {"bootstrap": broker.bootstrap, "routes": [
+                {"name": env.route, "inputs": env.inputs, "output": env.output}]}),
+            None)["partition.assignment.strategy"]
         intruder = Consumer({"bootstrap.servers": broker.bootstrap,
                              "group.id": f"g-{env.name}", "group.instance.id": "w1",
-                             "session.timeout.ms": 6000, "enable.auto.commit": False})
+                             "session.timeout.ms": 6000, "enable.auto.commit": False,
+                             # a second worker started with the same instance id: the same
+                             # assignment as the router's (a group cannot mix two)
+                             "partition.assignment.strategy": strategy})
         try:
             intruder.subscribe(env.inputs)
             deadline = time.monotonic() + 30

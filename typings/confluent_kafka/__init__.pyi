@@ -19,6 +19,7 @@ def version() -> tuple[str, int]: ...
 def libversion() -> tuple[str, int]: ...
 
 OFFSET_BEGINNING: int
+OFFSET_END: int
 
 class KafkaError:
     # One constant per librdkafka error code (read from librdkafka at import); those the

@@ -188,13 +188,14 @@ class RouterSettings(BaseModel):
                     "wins)")
     commit_stuck_s: float = Field(
         default=10.0, gt=0, le=300,
-        description="seconds a partition's transaction commit may stay in flight before it is "
-                    "given up as stuck (its producer still waiting on a broker that froze or "
-                    "died): the partition gets a new producer, whose start aborts the stuck "
-                    "transaction and fences the old producer, and is replayed from its "
-                    "checkpoint. Longer than the brokers' broker.session.timeout.ms (9 s by "
-                    "default), after which Kafka has moved the leaders and the transaction "
-                    "coordinator the commit waits on; with transactions only")
+        description="seconds a transaction's commit may stay in flight before it is given up "
+                    "as stuck (its producer still waiting on a broker that froze or died): the "
+                    "producer is replaced by one with the same transactional id, whose start "
+                    "aborts the stuck transaction and fences the old producer, and its "
+                    "partitions are replayed from their checkpoints. Longer than the brokers' "
+                    "broker.session.timeout.ms (9 s by default), after which Kafka has moved "
+                    "the leaders and the transaction coordinator the commit waits on; with "
+                    "transactions only")
     max_rebuilds: int = Field(
         default=5, ge=1,
         description="client rebuilds in a row with no record decided between them before the "

@@ -185,6 +185,12 @@ def _new(args: argparse.Namespace, view: RouteView, me: Owner) -> RolloutRecord:
         raise CliError(f"route {args.route} has no plan yet; publish its first with `cutover "
                        f"plan init --route {args.route} --primary <running version>`")
     old = plan.segments[-1].primary
+    canary = plan.segments[-1].canary
+    if canary is not None:
+        raise CliError(f"route {args.route} has a canary of {canary.version!r} at "
+                       f"{canary.share:.2%} of the keys in force (epoch {plan.epoch}); end it "
+                       f"first with `cutover switch --route {args.route} --to "
+                       f"{canary.version}` (every key) or `--to {old}` (the rollback)")
     if old == args.to:
         raise CliError(f"{args.to!r} is already the primary of route {args.route} (epoch "
                        f"{plan.epoch}); nothing to roll out")

@@ -49,7 +49,8 @@ def parse_canary(text: str) -> Canary:
 
 
 def parse_steps(text: str) -> tuple[float, ...]:
-    """``5%,25%,100%``: the shares of a canary rollout, each larger than the one before."""
+    """``5%,25%,100%``: the shares of a canary rollout, each larger than the one before, the
+    last every key."""
     steps = tuple(parse_share(part, "--canary") for part in text.split(",") if part.strip())
     if not steps:
         raise CliError(f"--canary {text!r} gives no share; write the steps, e.g. "
@@ -58,4 +59,8 @@ def parse_steps(text: str) -> tuple[float, ...]:
         if after <= before:
             raise CliError(f"--canary {text!r}: {after:.2%} after {before:.2%}; shares only "
                            "grow, so give each step a larger share than the one before")
+    if steps[-1] != 1:
+        raise CliError(f"--canary {text!r} ends at {steps[-1]:.2%}: a rollout ends with every "
+                       "key on the new version; end the steps with 100%, e.g. "
+                       f"--canary {text},100%")
     return steps

@@ -41,7 +41,8 @@ def _merged_json(v: RouteView) -> dict[str, Any]:
 def describe_rollout(r: RolloutRecord, now: datetime) -> str:
     """One line: the route's rollout, its phase and who drives it."""
     since = int((now - r.phase_started()).total_seconds())
-    line = (f"rollout {r.spec.old} -> {r.spec.new}: {r.phase.value}"
+    step = f", {r.step_line()}" if r.spec.canary else ""
+    line = (f"rollout {r.spec.old} -> {r.spec.new}: {r.phase.value}{step}"
             f" (since {r.phase_started():%H:%M:%S}Z, {since // 60}:{since % 60:02d})")
     if r.phase.terminal:
         return f"{line}: {r.outcome or r.note}"

@@ -337,6 +337,14 @@ class RolloutRecord(BaseModel):
     def phase_started(self) -> datetime:
         return self.phases[-1].started_at if self.phases else self.started_at
 
+    def step_line(self) -> str | None:
+        """Where a rollout by key share is, e.g. ``step 2/3 (25% of the keys) of 5%, 25%,
+        100%``; None for a rollout without canary steps."""
+        steps = self.spec.canary
+        if not steps:
+            return None
+        return f"{self.spec.step_name(self.step)} of {', '.join(percent(s) for s in steps)}"
+
     def to_json(self) -> bytes:
         return self.model_dump_json().encode()
 

@@ -94,6 +94,8 @@ def test_rollout_steps_only_grow() -> None:
         parse_steps("25%,5%")
     with pytest.raises(CliError, match="gives no share"):
         parse_steps(",")
+    with pytest.raises(CliError, match=r"end the steps with 100%, e\.g\. --canary 5%,25%,100%"):
+        parse_steps("5%,25%")
 
 
 @pytest.mark.parametrize(("argv", "says"), [

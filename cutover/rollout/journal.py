@@ -14,9 +14,16 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import pairwise
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from cutover.headers import VersionId
 from cutover.key_primary import Canary
@@ -129,6 +136,15 @@ class RolloutSpec(BaseModel):
         "(every key); empty: one whole switch")
     canary_for_ms: int = Field(default=600_000, gt=0, description="how long each canary "
                                "step is watched before the next")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_steps(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a rollout without canary steps is journaled exactly as before they existed
+        out: dict[str, Any] = handler(self)
+        if not self.canary:
+            out.pop("canary", None)
+            out.pop("canary_for_ms", None)
+        return out
 
     @model_validator(mode="after")
     def _steps_grow_to_every_key(self) -> RolloutSpec:
@@ -333,6 +349,13 @@ class RolloutRecord(BaseModel):
     request: OperatorRequest | None = Field(default=None, description="set only on a record an "
                                             "operator's command wrote")
     updated_at: datetime = Field(default_factory=utcnow)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_step(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if not self.spec.canary:
+            out.pop("step", None)
+        return out
 
     def phase_started(self) -> datetime:
         return self.phases[-1].started_at if self.phases else self.started_at

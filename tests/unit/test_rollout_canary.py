@@ -276,3 +276,12 @@ def test_any_sequence_keeps_shares_growing_and_a_rollback_possible(
         if rec.phase.old_still_running:   # from every step, an abort rolls back
             aborted = run(rec, AbortRequested("ops"), at).record
             assert aborted.phase is Phase.ROLLING_BACK
+
+
+def test_a_rollout_without_steps_is_journaled_as_before_steps_existed() -> None:
+    plain = record(Phase.DRAINING).to_json()
+    assert b'"canary' not in plain and b'"step"' not in plain
+    stepped = at_step(1).to_json()
+    assert b'"canary":[0.05,0.25,1.0]' in stepped and b'"step":1' in stepped
+    back = RolloutRecord.model_validate_json(stepped)
+    assert (back.step, back.spec) == (1, at_step(1).spec)

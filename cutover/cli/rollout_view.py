@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cutover.rollout.events import Observation
-from cutover.rollout.journal import RolloutRecord
+from cutover.rollout.journal import Phase, RolloutRecord
 
 PROGRESS_EVERY_S = 15.0
 
@@ -45,7 +45,8 @@ def phase_lines(before: RolloutRecord, after: RolloutRecord, now: datetime) -> l
         why = after.phase.value if after.phase.terminal else after.note
         lines.append(f"[{stamp}] {before.phase.value} ended after {took}: {why}")
     if before.phase != after.phase and not after.phase.terminal:
-        step = f": {after.spec.step_name(after.step)}" if after.spec.canary else ""
+        step = (f": {after.spec.step_name(after.step)}" if after.spec.canary and after.phase in (
+            Phase.SWITCHING, Phase.DRAINING, Phase.CANARY) else "")
         lines.append(f"[{stamp}] {after.phase.value} started{step}")
     return lines
 

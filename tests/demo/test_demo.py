@@ -64,7 +64,7 @@ def test_demo_runs_a_rollout_and_a_rollback(tmp_path: Path) -> None:
     assert summary["canary_from"] is not None and summary["canary_share"] == 0.1
     compared = first["compared"]   # green fixes a bug that touches a few percent of windows
     total = sum(compared.values())
-    assert compared["equal"] > 0 and compared["different"] <= 0.05 * total, compared
+    assert compared["equal"] > 0 and compared["different"] <= 0.10 * total, compared
     assert total < 0.5 * summary["windows"]
     assert summary["windows_with_a_reviewed_order"] < 0.05 * summary["windows"]
     assert (second["to"], second["phase"]) == ("v3", "ROLLED_BACK")
@@ -76,7 +76,7 @@ def test_demo_runs_a_rollout_and_a_rollback(tmp_path: Path) -> None:
     for step in ("cutover rollout --route totals --to green", "by key share (10%, 100%",
                  "CANARY started: step 1/2 (10% of the keys)", "the canary's 10% of the keys",
                  "SWITCHING started: step 2/2 (100% of the keys)",
-                 "orders ", " -> ", "within --max-diff 5%", "what to look at",
+                 "orders ", " -> ", "within --max-diff 10%", "what to look at",
                  "CLEAR_TO_TEARDOWN", "cutover rollout --route totals --to v3",
                  "the demo makes it hang", "ROLLING_BACK started", "lost 0, duplicated 0",
                  "steady running (one version, no rollout)", str(png)):

@@ -102,6 +102,12 @@ def bucket_of(key: bytes | None) -> int | None:
     return None if key is None else key_bucket(key)
 
 
+def in_canary(key: bytes | None, buckets: int) -> bool:
+    """Is a record with ``key`` among a canary's keys, the first ``buckets`` buckets? (A
+    record without a key never is: it follows the segment's primary.)"""
+    return key is not None and key_bucket(key) < buckets
+
+
 def primary_for(rule: KeyRule, key: bytes | None) -> str:
     """The primary of a record with ``key`` under ``rule``."""
     if rule.canary is None:

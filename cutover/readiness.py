@@ -44,6 +44,11 @@ def readiness(
     version's and the old version's watermarks at or past the partition's boundary, and
     nothing held. Otherwise PENDING, or STALLED once the plan's deadline has passed; the
     holdups name each partition and the version (or the router) holding it back.
+
+    While the plan's last segment has a canary the same conditions give HANDED_OVER, never
+    CLEAR_TO_TEARDOWN: the keys that moved are handed over, but the old version is still the
+    primary of every other key, so tearing it down would stall their records. ``share`` is
+    then the canary's share of the keys.
     """
     if plan is None or plan.transition is None:
         return Transition(state=TransitionState.STEADY)
@@ -70,11 +75,14 @@ def readiness(
         elif prog.held:
             holdups.append(Holdup(partition=p, version=None, watermark=None, needed=b,
                                   why=f"router still holds {prog.held} records"))
+    canary = plan.segments[-1].canary
     if not holdups:
-        state = TransitionState.CLEAR_TO_TEARDOWN
+        state = (TransitionState.CLEAR_TO_TEARDOWN if canary is None
+                 else TransitionState.HANDED_OVER)
     elif plan.deadline is not None and now > plan.deadline:
         state = TransitionState.STALLED
     else:
         state = TransitionState.PENDING
     return Transition(**{"from": old}, to=new, boundary=boundary, state=state,
-                      holdups=tuple(holdups))
+                      holdups=tuple(holdups),
+                      share=canary.share if canary is not None else None)

@@ -9,9 +9,17 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+)
 
 from cutover.plan import CutoverPlan, utcnow
 
@@ -19,8 +27,17 @@ from cutover.plan import CutoverPlan, utcnow
 class TransitionState(StrEnum):
     STEADY = "STEADY"
     PENDING = "PENDING"
+    # every condition of CLEAR_TO_TEARDOWN holds, but the plan's last segment has a canary:
+    # the keys that moved are handed over, and the old version is still the primary of every
+    # other key (and of the records without a key), so it must keep running
+    HANDED_OVER = "HANDED_OVER"
     CLEAR_TO_TEARDOWN = "CLEAR_TO_TEARDOWN"
     STALLED = "STALLED"
+
+    @property
+    def clear(self) -> bool:
+        """The transition's records are all handed over (with or without a canary)."""
+        return self in (TransitionState.HANDED_OVER, TransitionState.CLEAR_TO_TEARDOWN)
 
 
 class Holdup(BaseModel):
@@ -44,6 +61,17 @@ class Transition(BaseModel):
     boundary: int | None = None
     state: TransitionState = TransitionState.STEADY
     holdups: tuple[Holdup, ...] = ()
+    share: float | None = Field(
+        default=None, description="the share of the keys the plan's last segment gives its "
+        "canary; absent from the JSON when the last segment has no canary, so a reader from "
+        "before canaries reads every other status unchanged")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_share(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.share is None:
+            out.pop("share", None)
+        return out
 
     def describe_holdups(self, limit: int = 8) -> str:
         parts = [f"partition {h.partition}: {h.why}" for h in self.holdups[:limit]]

@@ -15,7 +15,12 @@
  * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
  * records (generated) and compares every output and every piece of state. Consumed records are
  * read directly where their layout was checked (router/_message.h); tests/integration/
- * test_direct_reads.py compares those reads with the accessors on records from a broker. */
+ * test_direct_reads.py compares those reads with the accessors on records from a broker.
+ *
+ * With a per-key canary in the timeline a record's primary depends on its key: the run reads
+ * the key's bucket (cutover.key_bucket: BLAKE2b-64 of the key bytes, big-endian, mod 10,000,
+ * with _blake2b.h) in the segments that have a canary, and leaves every record of a segment
+ * past the closed handover to the interpreted path (there only the keys that move are held). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,6 +34,7 @@
 #define MASK_COUNT 4096
 #define MAX_BOUNDS 64
 #define MAX_LIVE 8
+#define KEY_BUCKETS 10000  /* cutover.key_bucket.BUCKETS */
 
 static uint64_t masks[MASK_COUNT];
 static int mask_hi_shift = 52;
@@ -47,7 +53,7 @@ static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_time
     *s_tolerance, *s_horizon, *s_retention, *s_ordered, *s_closed_upto, *s_counters,
     *s_suppressed, *s_forwarded, *s_pending, *s_live, *s_skip, *s_next_offsets,
     *s_dirty, *s_undelivered, *s_out_pos, *s_queued, *s_live_flag, *s_held, *s_producer,
-    *int_zero;
+    *s_rules, *s_canary, *s_buckets, *int_zero;
 
 typedef struct {
     PyObject_HEAD
@@ -72,6 +78,11 @@ typedef struct {
     Py_ssize_t nprims;
     int64_t bounds[MAX_BOUNDS];
     Py_ssize_t nb;
+    /* a per-key canary (router.decision.PartitionRouter._rules, cutover.key_primary.KeyRule):
+     * segment k's canary version (borrowed from rules) and its buckets, 0 without one */
+    PyObject *rules;       /* the tuple of KeyRule, or NULL when no segment has a canary */
+    PyObject *canary[MAX_BOUNDS + 1];
+    int64_t cbuckets[MAX_BOUNDS + 1];
     int has_tol;
     int64_t tol;
     int has_h, h_changed;
@@ -147,6 +158,7 @@ static void scan_release(Scan *s) {
     s->nlive = 0;
     version_cache_clear(&s->versions);
     Py_CLEAR(s->prims);
+    Py_CLEAR(s->rules);
     Py_CLEAR(s->counters);
     Py_CLEAR(s->suppressed);
     Py_CLEAR(s->pending);
@@ -154,6 +166,51 @@ static void scan_release(Scan *s) {
     Py_CLEAR(s->producer);
     Py_CLEAR(s->held);
     Py_CLEAR(s->held_msg);
+}
+
+/* The segments' canaries, when the timeline has one (PartitionRouter._rules is then a tuple
+ * of KeyRule, one per segment): -1 error, 0 decline, 1 loaded. */
+static int load_rules(RunObject *self, Scan *s) {
+    PyObject *rules = PyObject_GetAttr(self->router, s_rules);
+    if (rules == NULL) return -1;
+    if (rules == Py_None) {
+        Py_DECREF(rules);
+        return 1;
+    }
+    s->rules = rules;
+    if (!PyTuple_Check(rules) || PyTuple_GET_SIZE(rules) != s->nprims) return 0;
+    for (Py_ssize_t k = 0; k < s->nprims; k++) {
+        PyObject *rule = PyTuple_GET_ITEM(rules, k);
+        PyObject *c = PyObject_GetAttr(rule, s_canary);
+        if (c == NULL) return -1;
+        /* the rule (kept alive by the tuple held) keeps its canary's str alive */
+        Py_DECREF(c);
+        int64_t nb;
+        int rc = get_i64(rule, s_buckets, &nb, NULL);
+        if (rc <= 0) return rc;
+        if (c == Py_None) {
+            s->canary[k] = NULL;
+            s->cbuckets[k] = 0;
+        } else {
+            if (!PyUnicode_Check(c) || nb < 0 || nb > KEY_BUCKETS) return 0;
+            s->canary[k] = c;
+            s->cbuckets[k] = nb;
+        }
+    }
+    return 1;
+}
+
+/* cutover.key_bucket.key_bucket: the 8-byte BLAKE2b digest of the key, big-endian, mod
+ * 10,000 */
+static int64_t key_bucket(const char *key, Py_ssize_t len) {
+    b2b_state st;
+    b2b_init(&st, 8);
+    b2b_update(&st, (const uint8_t *)key, (size_t)len);
+    uint8_t out[8];
+    b2b_final(&st, out);
+    uint64_t x = 0;
+    for (int k = 0; k < 8; k++) x = (x << 8) | out[k];
+    return (int64_t)(x % KEY_BUCKETS);
 }
 
 /* -1 error, 0 this run cannot be served (decline), 1 loaded */
@@ -194,6 +251,8 @@ static int scan_load(RunObject *self, Scan *s) {
         s->bounds[k] = b;
     }
     Py_DECREF(v);
+    rc = load_rules(self, s);
+    if (rc <= 0) return rc;
     rc = get_i64(self->router, s_tolerance, &s->tol, NULL);
     if (rc < 0) return -1;
     if (rc == 0) {  /* too large for 64 bits: no limit, unless negative (then decline) */
@@ -765,6 +824,22 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
             seg = lo;
         }
         PyObject *prim = PyTuple_GET_ITEM(s.prims, seg);
+        if (s.rules != NULL && s.cbuckets[seg] > 0) {
+            /* a canary: the primary of the record's key (cutover.key_primary.KeyRule.owner) */
+            PyObject *k;
+            if (direct && Py_TYPE(msg) == (PyTypeObject *)message_type) {
+                k = ((CKMessage *)msg)->key;  /* borrowed */
+            } else {
+                key = msg_get(msg, M_KEY);
+                if (key == NULL) goto error;
+                k = key;
+            }
+            if (k != NULL && k != Py_None) {  /* a record without a key follows the primary */
+                if (!PyBytes_CheckExact(k)) break;
+                if (key_bucket(PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)) < s.cbuckets[seg])
+                    prim = s.canary[seg];
+            }
+        }
         int primary = version == prim;
         if (!primary) {
             int c = PyObject_RichCompareBool(version, prim, Py_EQ);
@@ -785,13 +860,17 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
             s.consumed = 1;
             s.last_off = off;
             Py_CLEAR(headers);
+            Py_CLEAR(key);
             i++;
             continue;
         }
-        if (s.ordered && seg > s.closed_upto) break;                      /* held */
+        /* held, or with a canary maybe held (only keys that move are): interpreted */
+        if (s.ordered && seg > s.closed_upto) break;
         if (s.has_h && (__int128)t < (__int128)s.h - s.retention) break;  /* too old */
-        key = msg_get(msg, M_KEY);
-        if (key == NULL) goto error;
+        if (key == NULL) {
+            key = msg_get(msg, M_KEY);
+            if (key == NULL) goto error;
+        }
         value = msg_get(msg, M_VALUE);
         if (value == NULL) goto error;
         if (self->identity == record_identity) {
@@ -1098,11 +1177,21 @@ static PyObject *py_record_identity(PyObject *mod, PyObject *const *args, Py_ssi
     return out;
 }
 
+static PyObject *py_key_bucket(PyObject *mod, PyObject *key) {
+    (void)mod;
+    if (!PyBytes_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "key_bucket(key: bytes)");
+        return NULL;
+    }
+    return PyLong_FromLongLong(key_bucket(PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key)));
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Give the compiled path the header names, known versions, filter masks and identity."},
     {"record_identity", (PyCFunction)(void (*)(void))py_record_identity, METH_FASTCALL,
      "router.identity.record_identity, in C"},
+    {"key_bucket", py_key_bucket, METH_O, "cutover.key_bucket.key_bucket, in C"},
     {"use_direct_reads", (PyCFunction)(void (*)(void))use_direct_reads,
      METH_VARARGS | METH_KEYWORDS,
      "Read consumed Messages' fields and headers directly, if their layout is the expected."},
@@ -1132,7 +1221,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         {&s_live, "_live"}, {&s_skip, "skip"},
         {&s_next_offsets, "next_offsets"}, {&s_dirty, "dirty"},
         {&s_undelivered, "undelivered"}, {&s_out_pos, "out_pos"}, {&s_queued, "queued"},
-        {&s_live_flag, "live"}, {&s_held, "held"}, {&s_producer, "producer"}};
+        {&s_live_flag, "live"}, {&s_held, "held"}, {&s_producer, "producer"},
+        {&s_rules, "_rules"}, {&s_canary, "canary"}, {&s_buckets, "buckets"}};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         *names[k].slot = PyUnicode_InternFromString(names[k].name);
         if (*names[k].slot == NULL) return NULL;

@@ -24,6 +24,7 @@ def envelope(msg: Message, /) -> tuple[tuple[str, int] | None, int, int, int]:
     """((version, event time) or None, offset, partition, timestamp), read directly."""
 
 def record_identity(key: bytes | None, value: bytes | None, event_time: int, /) -> bytes: ...
+def key_bucket(key: bytes, /) -> int: ...
 
 class Run:
     def __init__(self, *, router: Any, store: Any, durability: Any, bound: Any,

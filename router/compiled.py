@@ -27,8 +27,11 @@ tests/integration/test_direct_produce.py reads a routed output back and compares
 raw records, byte for byte.
 
 A timeline with a per-key canary (cutover.key_primary) makes a record's primary depend on its
-key, which the compiled path does not read: while a partition's timeline has one, its run
-declines (:class:`KeyBlindRun`) and the interpreted rule decides every record of it.
+key: in a segment with a canary the compiled run reads the key's bucket (cutover.key_bucket,
+the same BLAKE2b-64 in C) and decides by it, as the interpreted rule does; records of a
+segment whose handover is not closed yet go to the interpreted rule, which holds only the keys
+that move. The rule is read from the partition at every scan, so a plan applied in the middle
+of a batch (one that waited for a re-read) is followed at once.
 
 The extension is built by ``pip install`` when a C compiler is there (setup.py, optional);
 without it, or with ``CUTOVER_COMPILED_PATH=0``, the router runs interpreted, and its start-up
@@ -46,7 +49,6 @@ from confluent_kafka import KafkaException, Message, Producer
 
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
-from router.decision import PartitionRouter
 from router.dedup_filter import MASK_SHIFT, MASKS
 from router.identity import record_identity
 from router.inline_output import InlineStream
@@ -69,23 +71,6 @@ class Run(Protocol):
     """What the loop asks of a partition's run in a batch (router._fastpath.Run's scan)."""
 
     def scan(self, msgs: list[Message], start: int, /) -> int: ...
-
-
-class KeyBlindRun:
-    """A compiled run that declines (-1: the interpreted path decides) while its partition's
-    timeline has a per-key canary. Checked at every scan, not once per batch: a plan applied
-    in the middle of a batch (one that waited for a re-read) may bring the canary."""
-
-    __slots__ = ("_router", "_run")
-
-    def __init__(self, router: PartitionRouter, run: CRun) -> None:
-        self._router = router
-        self._run = run
-
-    def scan(self, msgs: list[Message], start: int, /) -> int:
-        if self._router.reads_keys:
-            return -1
-        return self._run.scan(msgs, start)
 
 
 def available() -> bool:
@@ -175,7 +160,7 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
                               identity=owned.route.identity, topic=topic,
                               partition=owned.partition, output=rs.output, stream=stream,
                               queue=queue)
-    return KeyBlindRun(owned.router, run)
+    return run
 
 
 class CompiledLoop:

@@ -497,8 +497,8 @@ class PartitionRouter:
 
     @property
     def reads_keys(self) -> bool:
-        """A canary is in this partition's timeline: a record's primary depends on its key,
-        which the compiled path does not read (router.compiled declines then)."""
+        """A canary is in this partition's timeline: a record's primary depends on its key
+        (router/_fastpath.c reads ``_rules`` and the key's bucket then)."""
         return self._rules is not None
 
     # -- readiness inputs -------------------------------------------------------------------

@@ -56,8 +56,10 @@ EXIT_CODES: dict[str, str] = {
     "router": "0 stopped; 1 the data path failed; 2 refused at start (settings, topics, rights)",
     "switch": f"0 plan published; 2 refused by the safety checks or bad input; {_BROKER}",
     "status": f"0 shown; 2 no such route or bad input; {_BROKER}",
-    "wait": ("0 CLEAR_TO_TEARDOWN; 3 STALLED, or the broker did not answer; 4 timeout; "
-             "5 no transition in the plan; 2 bad input"),
+    "wait": ("0 CLEAR_TO_TEARDOWN (or HANDED_OVER with --for handed-over); 3 STALLED, or the "
+             "broker did not answer; 4 timeout; 5 no transition in the plan; 6 HANDED_OVER: a "
+             "canary's keys are handed over, the old version still serves the others; 2 bad "
+             "input"),
     "plan": f"0 done; 1 plan invalid, or no plan yet (show); 2 bad input; {_BROKER}",
     "rollout": ("0 done; 1 rolled back; 2 refused; 3 broker unreachable; 4 failed (the sentence "
                 "says what to do; promote, pause, resume: not taken by the driving run in "

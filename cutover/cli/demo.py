@@ -2,10 +2,12 @@
 
 A generated order stream feeds an unmodified PySpark job (windowed totals per customer) under
 the tagger; a router worker sits between the jobs and the output topic. Blue runs alone for a
-while; then ``cutover rollout`` deploys green, blue with one bug fixed (orders above the
-single-order limit are held for review and no longer counted), comparing both outputs first:
-the comparison finds the few windows the fix changes, shows them, and lets the rollout go on
-within ``--max-diff 5%``; then it switches, waits for CLEAR_TO_TEARDOWN, stops blue and soaks.
+while; then ``cutover rollout --canary 10%,100%`` deploys green, blue with one bug fixed
+(orders above the single-order limit are held for review and no longer counted), by key share:
+first green gets 10% of the customers, and the comparison of both outputs for those customers
+finds the few windows the fix changes, shows them, and lets the rollout go on within
+``--max-diff 10%``; then green gets every key, the rollout waits for CLEAR_TO_TEARDOWN, stops
+blue and soaks.
 Then a second ``cutover rollout`` deploys v3, a deliberately broken version: the demo makes it
 hang right after the switch (as a job stuck on an external call), the deadline passes, and the
 rollout rolls back to green by itself. The output is checked against a reference computed from
@@ -138,13 +140,17 @@ class Demo:
         self.story.steady.append((time.time(), time.time() + STEADY_S))
         time.sleep(STEADY_S)
 
-        # -- rollout 1: green, compared first ------------------------------------------------
+        # -- rollout 1: green, 10% of the keys first, compared, then every key ---------------
         say(f"green is blue with a bug fixed: orders above {REVIEW_LIMIT} are held for review "
-            "and no longer counted; the comparison should find the few windows that had one")
+            "and no longer counted; green gets 10% of the customers first, and the comparison "
+            "of those customers' windows should find the few that had one")
         started = time.time()
         rc = self.rollout("--to", "green", "--start", shlex.join(self.job(
             "green", self.green_job())), "--stop-old", f"kill -TERM -{blue}",
-            "--catch-up-lag", "60s", "--compare", "--compare-for", "30s", "--max-diff", "5%",
+            "--catch-up-lag", "60s", "--canary", "10%,100%", "--canary-for", "20s",
+            # two of the twelve customers fall in the canary's 10% of the key buckets: about
+            # sixty windows, a few of them with an order above the review limit
+            "--compare", "--compare-for", "30s", "--max-diff", "10%",
             "--deadline", "5m", "--soak", "15s")
         self.story.rollouts.append((started, time.time()))
         if rc != 0:   # blue still runs: stopped with everything else the demo started

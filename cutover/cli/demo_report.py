@@ -23,6 +23,7 @@ from cutover.cli.demo_parts import PARTITIONS
 from cutover.cli.demo_timeline import Mark, draw_timeline
 from cutover.cli.orders import Order
 from cutover.control.routes import RouteView
+from cutover.key_primary import in_canary
 from cutover.rollout.journal import Phase, RolloutRecord
 
 WINDOW_MS = 10_000
@@ -90,17 +91,26 @@ class Timeline:
         self.to_new = second.switch_boundary
         self.back = {p: ps.boundary for p, (ps, *_) in v.partitions.items()
                      if ps.pinned and ps.boundary is not None} if self.to_new else {}
+        # the first rollout's canary: green's share of the keys from its boundary on
+        self.canary = next(((s.from_event_time, s.canary) for s in v.plan.segments
+                            if s.canary is not None and s.from_event_time is not None),
+                           None) if v.plan is not None else None
 
     def marks(self) -> list[Mark]:
-        out = [Mark(min(self.to_green.values()), "green takes over", "green")]
+        out = [Mark(self.canary[0], f"green takes {self.canary[1].share:.0%} of the keys",
+                    "green")] if self.canary is not None else []
+        out.append(Mark(min(self.to_green.values()), "green takes over", "green"))
         if self.to_new is not None:
             out.append(Mark(self.to_new, f"{self.new} takes over", self.new))
         if self.back:
             out.append(Mark(max(self.back.values()), "back to green", "green"))
         return out
 
-    def version(self, p: int, end: int) -> str:
+    def version(self, p: int, end: int, key: bytes) -> str:
         if end < self.to_green[p]:
+            if self.canary is not None and end >= self.canary[0] \
+                    and in_canary(key, self.canary[1].buckets):
+                return "green"
             return "blue"
         if self.to_new is None or end < self.to_new:
             return "green"
@@ -166,7 +176,7 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
     expected: dict[tuple[str, int], str] = {}
     for (cust, end), _n in ref.items():
         p = partition_for(cust.encode(), None, PARTITIONS)
-        version = timeline.version(p, end)
+        version = timeline.version(p, end, cust.encode())
         if end < final_wm[p].get(version, -1) and counted(version, (cust, end)):
             expected[(cust, end)] = version  # closed by that version's final watermark
 
@@ -204,6 +214,8 @@ def summarize(bootstrap: str, v: RouteView, journal: list[RolloutRecord], orders
                                  for s in r.phases]}
                      for r in rollouts],
         "green_from": timeline.to_green, "v3_from": timeline.to_new,
+        "canary_from": timeline.canary[0] if timeline.canary else None,
+        "canary_share": timeline.canary[1].share if timeline.canary else None,
         "green_again_from": timeline.back,
         "windows_with_a_reviewed_order": sum(1 for k in ref if reviewed[k] != ref[k]),
         "lost_windows": lost_windows(missing[:LOST_SHOWN], expected, raw),
@@ -270,7 +282,10 @@ def lessons(report: dict[str, Any], rollouts: list[RolloutRecord]) -> list[str]:
     first = rollouts[0]
     if first.compare is not None:
         c = first.compare.counts
-        out.append(f"rollout 1 compared blue and green before switching: {c.different} of "
+        keys = (f"gave green {first.spec.canary[0]:.0%} of the customers first and compared "
+                "their windows" if first.spec.canary else
+                "compared blue and green before switching")
+        out.append(f"rollout 1 {keys}: {c.different} of "
                    f"{c.total} windows differ ({first.compare.diff_ratio:.1%}), within "
                    f"--max-diff {first.compare.max_diff:.0%}: the windows with an order above "
                    f"the review limit ({report['windows_with_a_reviewed_order']} of "

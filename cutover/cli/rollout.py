@@ -34,6 +34,7 @@ from cutover.cli.rollout_ops import register_actions
 from cutover.cli.rollout_procs import host, pid_alive
 from cutover.cli.rollout_view import make_view
 from cutover.cli.settings_file import route_in, settings_file
+from cutover.cli.shares import parse_steps
 from cutover.cli.times import parse_duration_ms
 from cutover.control.rollout_claim import ClaimLost, JournalNotWritten, claim, publish_record
 from cutover.control.routes import RouteView, StateReader, Target
@@ -48,6 +49,7 @@ from cutover.rollout.journal import (
     RolloutRecord,
     RolloutSpec,
     owner_alive,
+    percent,
 )
 from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings
@@ -90,6 +92,12 @@ def register(sub: Any) -> None:
     p.add_argument("--compare", action="store_true",
                    help="compare both versions' outputs before switching")
     p.add_argument("--compare-for", default="2m", help="how long to watch for the comparison")
+    p.add_argument("--canary", metavar="SHARES",
+                   help="roll out by key share, e.g. 5%%,25%%,100%%: each step gives the new "
+                        "version a larger share of the keys (the last: every key); with "
+                        "--compare each step compares the canary's keys")
+    p.add_argument("--canary-for", default="10m", help="how long each canary step is watched "
+                                                       "before the next")
     p.add_argument("--max-diff", default="0.1%",
                    help="share of compared records allowed to differ")
     p.add_argument("--deadline", default="15m", help="from the start to CLEAR_TO_TEARDOWN; "
@@ -139,8 +147,13 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     if not (args.resume or args.abort) and missing:
         raise CliError(f"a rollout needs {', '.join(missing)}; e.g. --to green --start "
                        "'cutover tag --version green -- job.py' --stop-old 'kill <blue pid>'")
+    if (args.resume or args.abort) and args.canary:
+        raise CliError(f"{'--resume' if args.resume else '--abort'} continues the journaled "
+                       "rollout as it was started; drop --canary")
+    if args.canary is not None:
+        parse_steps(args.canary)
     for flag in ("catch_up_lag", "compare_for", "deadline", "soak", "margin",
-                 "rollback_timeout", "stuck_after"):
+                 "rollback_timeout", "stuck_after", "canary_for"):
         parse_duration_ms(getattr(args, flag))
     parse_fraction(args.max_diff)
     settings = _settings(args)
@@ -185,6 +198,12 @@ def _new(args: argparse.Namespace, view: RouteView, me: Owner) -> RolloutRecord:
         raise CliError(f"route {args.route} has no plan yet; publish its first with `cutover "
                        f"plan init --route {args.route} --primary <running version>`")
     old = plan.segments[-1].primary
+    canary = plan.segments[-1].canary
+    if canary is not None:
+        raise CliError(f"route {args.route} has a canary of {canary.version!r} at "
+                       f"{canary.share:.2%} of the keys in force (epoch {plan.epoch}); end it "
+                       f"first with `cutover switch --route {args.route} --to "
+                       f"{canary.version}` (every key) or `--to {old}` (the rollback)")
     if old == args.to:
         raise CliError(f"{args.to!r} is already the primary of route {args.route} (epoch "
                        f"{plan.epoch}); nothing to roll out")
@@ -206,7 +225,9 @@ def _new(args: argparse.Namespace, view: RouteView, me: Owner) -> RolloutRecord:
             stuck_after_ms=parse_duration_ms(args.stuck_after),
             log_dir=args.log_dir or f"var/rollout/{args.route}",
             pause_before=tuple(dict.fromkeys(Gate(g) for g in args.pause_before)),
-            events=args.events, notify=args.notify)
+            events=args.events, notify=args.notify,
+            canary=parse_steps(args.canary) if args.canary is not None else (),
+            canary_for_ms=parse_duration_ms(args.canary_for))
     except ValueError as exc:
         raise CliError(f"cannot roll out: {exc}") from None
     last = view.rollout
@@ -315,7 +336,9 @@ def _drive(args: argparse.Namespace, t: Target, settings: RouterSettings | None,
     previous = signal.signal(signal.SIGTERM, _interrupt)
     stamp = utcnow().astimezone().strftime("%H:%M:%S")
     s = rec.spec
-    view.say(f"[{stamp}] rollout of route {rec.route}: {s.old} -> {s.new}, deadline "
+    steps = (f" by key share ({', '.join(percent(x) for x in s.canary)}, each watched "
+             f"{s.canary_for_ms // 1000}s)" if s.canary else "")
+    view.say(f"[{stamp}] rollout of route {rec.route}: {s.old} -> {s.new}{steps}, deadline "
              f"{rec.deadline_at.astimezone():%H:%M:%S}, logs in {s.log_dir}")
     resumed = args.resume or args.abort
     view.say(f"[{stamp}] {rec.phase.value} " + (f"resumed: {rec.note}" if resumed

@@ -23,10 +23,11 @@ from typing import Any
 from cutover.cli.rollout_procs import Commands
 from cutover.cli.rollout_view import LiveView
 from cutover.control.compare_reader import CompareStopped, compare_route
-from cutover.control.next_plan import At, next_plan
+from cutover.control.next_plan import At, next_canary_plan, next_plan
 from cutover.control.next_plan import SwitchRefused as NextPlanRefused
 from cutover.control.rollout_claim import JournalNotWritten, publish_record, superseded
 from cutover.control.routes import PlanNotPublished, RouteView, StateReader, Target, publish_plan
+from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, PlanRejected, utcnow
 from cutover.rollout.events import (
     AbortRequested,
@@ -55,7 +56,7 @@ from cutover.rollout.events import (
     SwitchRefused,
     Tick,
 )
-from cutover.rollout.journal import CompareSummary, Owner, RolloutRecord
+from cutover.rollout.journal import CompareSummary, Owner, RolloutRecord, percent
 from cutover.rollout.machine import step
 from cutover.rollout.metrics import prometheus
 from cutover.rollout.notify import EventSink
@@ -242,21 +243,30 @@ class Driver:
             self.view.say(f"  $ {spec.stop_old}")
             return [OldStopped(self.commands.run(spec.stop_old, f"stop-{spec.old}"))]
         if isinstance(action, StartCompare):
-            self._start_compare(rec)
+            self._start_compare(rec, action.share)
             return []
         if isinstance(action, PublishSwitch):
-            return [self._switch(rec, action.deadline)]
+            return [self._switch(rec, action.deadline, action.share)]
         if isinstance(action, PublishRollback):
             return self._roll_back(rec, action)
         raise AssertionError(f"unknown action {action!r}")
 
-    def _switch(self, rec: RolloutRecord, deadline: datetime) -> Event:
+    def _switch(self, rec: RolloutRecord, deadline: datetime, share: float) -> Event:
+        """The switch of the rollout's step: every key to the new version (``share`` 1), or
+        a canary of ``share`` of the keys (a later segment, the old version primary of the
+        rest)."""
         view = self.route_view if self.route_view is not None else self._refresh()
         spec = rec.spec
         try:
-            plan, summary = next_plan(view, spec.new, At("auto"), spec.margin_ms,
-                                      spec.catch_up_lag_ms, False, utcnow(), deadline=deadline,
-                                      issued_by=_issuer(rec))
+            if share < 1:
+                plan, summary = next_canary_plan(
+                    view, Canary(version=spec.new, share=share), At("auto"), spec.margin_ms,
+                    spec.catch_up_lag_ms, False, utcnow(), deadline=deadline,
+                    issued_by=_issuer(rec))
+            else:
+                plan, summary = next_plan(view, spec.new, At("auto"), spec.margin_ms,
+                                          spec.catch_up_lag_ms, False, utcnow(),
+                                          deadline=deadline, issued_by=_issuer(rec))
             assert plan.transition is not None
             publish_plan(self.t, plan)
         except (NextPlanRefused, PlanNotPublished) as exc:
@@ -280,7 +290,7 @@ class Driver:
                       f"{epoch})")
         return [RollbackPublished(epoch)]
 
-    def _start_compare(self, rec: RolloutRecord) -> None:
+    def _start_compare(self, rec: RolloutRecord, share: float | None) -> None:
         spec = rec.spec
         if self.settings is None:
             self._compared = "comparing needs the route's settings (--config)"
@@ -291,7 +301,7 @@ class Driver:
             try:
                 self._compared = compare_route(self.t.conf, route, spec.old, spec.new,
                                                spec.compare_for_ms / 1000, spec.max_diff,
-                                               stop=self.stop)
+                                               stop=self.stop, share=share)
             except CompareStopped:
                 return
             except Exception as exc:  # the comparison's failure is the rollout's to report
@@ -300,8 +310,9 @@ class Driver:
         self._compared = None
         self._compare = threading.Thread(target=run, name="compare", daemon=True)
         self._compare.start()
+        keys = "" if share is None else f" (the canary's {percent(share)} of the keys)"
         self.view.say(f"  comparing {spec.old} and {spec.new} on the raw topics for "
-                      f"{spec.compare_for_ms // 1000}s")
+                      f"{spec.compare_for_ms // 1000}s{keys}")
 
     def _compare_event(self) -> Event | None:
         result, self._compared = self._compared, None

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cutover.rollout.events import Observation
-from cutover.rollout.journal import RolloutRecord
+from cutover.rollout.journal import Phase, RolloutRecord
 
 PROGRESS_EVERY_S = 15.0
 
@@ -45,7 +45,9 @@ def phase_lines(before: RolloutRecord, after: RolloutRecord, now: datetime) -> l
         why = after.phase.value if after.phase.terminal else after.note
         lines.append(f"[{stamp}] {before.phase.value} ended after {took}: {why}")
     if before.phase != after.phase and not after.phase.terminal:
-        lines.append(f"[{stamp}] {after.phase.value} started")
+        step = (f": {after.spec.step_name(after.step)}" if after.spec.canary and after.phase in (
+            Phase.SWITCHING, Phase.DRAINING, Phase.CANARY) else "")
+        lines.append(f"[{stamp}] {after.phase.value} started{step}")
     return lines
 
 
@@ -85,8 +87,9 @@ class PlainView:
         held = sum(f.held for f in obs.route.partitions.values())
         fwd = ", ".join(f"{v}={n}" for v, n in sorted(forwarded.items())) or "0"
         took = seconds((obs.now - rec.phase_started()).total_seconds())
-        self.say(f"  {rec.phase.value} {took}  {'  '.join(lags)}  held {held}  forwarded {fwd}"
-                 f"  - {rec.note}")
+        step = f"  {rec.step_line()}" if rec.spec.canary else ""
+        self.say(f"  {rec.phase.value} {took}{step}  {'  '.join(lags)}  held {held}  forwarded "
+                 f"{fwd}  - {rec.note}")
 
     def close(self) -> None:
         pass
@@ -112,6 +115,8 @@ class RichView:
         head = Text()
         head.append(f"route {rec.route}  {s.old} -> {s.new}  ", style="bold")
         head.append(rec.phase.value, style="bold cyan")
+        if rec.spec.canary:
+            head.append(f"  {rec.step_line()}", style="bold")
         head.append(f"  {seconds((obs.now - rec.phase_started()).total_seconds())} in phase, "
                     f"{seconds((obs.now - rec.started_at).total_seconds())} in all")
         if rec.phase.old_still_running:

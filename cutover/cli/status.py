@@ -1,5 +1,6 @@
 """``cutover status`` and ``cutover wait``: the routes' merged state, as a table, as JSON, or
-as an exit code (``wait``: 0 clear to tear down, 3 stalled, 4 timeout, 5 no transition)."""
+as an exit code (``wait``: 0 clear to tear down, 3 stalled, 4 timeout, 5 no transition, 6 a
+canary handed over while the old version is still primary for the other keys)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from cutover.cli.times import parse_duration_ms
 from cutover.control.routes import RouteView, StateReader, read_views
 from cutover.plan import utcnow
 from cutover.rollout.journal import RolloutRecord
-from cutover.status import TransitionState
+from cutover.status import Transition, TransitionState
 
 
 def _merged_json(v: RouteView) -> dict[str, Any]:
@@ -40,7 +41,8 @@ def _merged_json(v: RouteView) -> dict[str, Any]:
 def describe_rollout(r: RolloutRecord, now: datetime) -> str:
     """One line: the route's rollout, its phase and who drives it."""
     since = int((now - r.phase_started()).total_seconds())
-    line = (f"rollout {r.spec.old} -> {r.spec.new}: {r.phase.value}"
+    step = f", {r.step_line()}" if r.spec.canary else ""
+    line = (f"rollout {r.spec.old} -> {r.spec.new}: {r.phase.value}{step}"
             f" (since {r.phase_started():%H:%M:%S}Z, {since // 60}:{since % 60:02d})")
     if r.phase.terminal:
         return f"{line}: {r.outcome or r.note}"
@@ -56,6 +58,8 @@ def _print_table(v: RouteView) -> None:
     print(f"route {v.route}  epoch {epoch}  transition {tr.state.value}", end="")
     if tr.from_ is not None:
         print(f"  {tr.from_} -> {tr.to} at {tr.boundary}", end="")
+    if tr.share is not None:
+        print(f"  canary {tr.share:.2%} of the keys", end="")
     print()
     if tr.holdups:
         print(f"  waiting on: {tr.describe_holdups()}")
@@ -119,7 +123,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_wait(args: argparse.Namespace) -> int:
     t = connect(args)
-    want = TransitionState.CLEAR_TO_TEARDOWN
+    want = (TransitionState.HANDED_OVER if args.for_ == "handed-over"
+            else TransitionState.CLEAR_TO_TEARDOWN)
     timeout = parse_duration_ms(args.timeout) / 1000
     deadline = time.monotonic() + timeout
     with broker_errors(), StateReader(t, args.route) as reader:
@@ -133,10 +138,13 @@ def _wait_loop(args: argparse.Namespace, reader: StateReader, want: TransitionSt
         v = reader.refresh()[args.route]
         last = v.transition()
         epoch = v.plan.epoch if v.plan else "-"
-        if last.state is want:
+        if last.state is TransitionState.CLEAR_TO_TEARDOWN:
             return _waited(args, v, 0, f"route {args.route}: CLEAR_TO_TEARDOWN — {last.from_!r} "
                                        f"may be torn down (epoch {epoch}, "
                                        f"boundary {last.boundary})")
+        if last.state is TransitionState.HANDED_OVER:
+            return _waited(args, v, 0 if want is TransitionState.HANDED_OVER else 6,
+                           handed_over(args.route, last, epoch))
         if last.state is TransitionState.STALLED:
             return _waited(args, v, 3, f"route {args.route}: STALLED: {last.describe_holdups()}. "
                                        "Roll back with `cutover switch --to <old>` or extend the "
@@ -151,6 +159,16 @@ def _wait_loop(args: argparse.Namespace, reader: StateReader, want: TransitionSt
                                        f"{last.describe_holdups() or 'no router status yet'}"
                            + (f"\nroute {args.route}: {note}" if note is not None else ""))
         time.sleep(min(args.interval, max(deadline - time.monotonic(), 0.05)))
+
+
+def handed_over(route: str, tr: Transition, epoch: object) -> str:
+    """The sentence of a canary whose keys are handed over: the old version stays."""
+    share = f"{tr.share:.2%}" if tr.share is not None else "a share"
+    return (f"route {route}: HANDED_OVER — {tr.to!r} is primary for its canary's {share} of "
+            f"the keys from {tr.boundary} (epoch {epoch}), but {tr.from_!r} is still the "
+            f"primary of every other key and must keep running; end the canary with `cutover "
+            f"switch --route {route} --to {tr.to}` (every key) or `--to {tr.from_}` (the "
+            "rollback), then wait for CLEAR_TO_TEARDOWN")
 
 
 def _waited(args: argparse.Namespace, v: RouteView, code: int, sentence: str) -> int:
@@ -177,7 +195,10 @@ def register(sub: Any) -> None:
     cluster_args(p)
     p.add_argument("--route", required=True, help="the route whose transition to wait for")
     p.add_argument("--for", dest="for_", default="clear-to-teardown",
-                   choices=["clear-to-teardown"], help="the state to wait for")
+                   choices=["clear-to-teardown", "handed-over"],
+                   help="the state to wait for: clear-to-teardown (the old version may be "
+                        "stopped; a canary handed over exits 6 at once, since its old version "
+                        "must keep running) or handed-over (also a canary's keys handed over)")
     p.add_argument("--timeout", default="10m", help="how long to wait (a duration: 90s, 15m)")
     p.add_argument("--json", action="store_true",
                    help="the outcome as one JSON object on stdout (the exit code as without)")

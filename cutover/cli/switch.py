@@ -10,22 +10,32 @@ from typing import Any
 
 from cutover.cli.cluster import cluster_args, connect, publish, route_view
 from cutover.cli.errors import CliError
+from cutover.cli.shares import parse_canary
 from cutover.cli.times import parse_at, parse_deadline, parse_duration_ms
-from cutover.control.next_plan import SwitchRefused, next_plan
+from cutover.control.next_plan import SwitchRefused, next_canary_plan, next_plan
 from cutover.plan import utcnow
 
 
 def _cmd_switch(args: argparse.Namespace) -> int:
-    t = connect(args)
-    v = route_view(t, args.route)
+    if (args.to is None) == (args.canary is None):
+        raise CliError("name what to switch to: --to VERSION (every key) or --canary "
+                       "VERSION:SHARE (a share of the keys, e.g. --canary green:5%), not both")
+    canary = parse_canary(args.canary) if args.canary is not None else None
     margin = parse_duration_ms(args.margin)
+    max_lag = parse_duration_ms(args.max_lag)
+    at = parse_at(args.at)
     now = utcnow()
     deadline = parse_deadline(args.deadline, now) if args.deadline else None
+    t = connect(args)
+    v = route_view(t, args.route)
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
     try:
-        plan, summary = next_plan(v, args.to, parse_at(args.at), margin,
-                                  parse_duration_ms(args.max_lag), args.force, now,
-                                  deadline=deadline,
-                                  issued_by=f"{getpass.getuser()}@{socket.gethostname()}")
+        if canary is not None:
+            plan, summary = next_canary_plan(v, canary, at, margin, max_lag, args.force, now,
+                                             deadline=deadline, issued_by=by)
+        else:
+            plan, summary = next_plan(v, args.to, at, margin, max_lag, args.force, now,
+                                      deadline=deadline, issued_by=by)
     except SwitchRefused as exc:
         raise CliError(str(exc)) from None
     return publish(t, plan, summary)
@@ -35,7 +45,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("switch", help="publish the next plan of a route, after safety checks")
     cluster_args(p)
     p.add_argument("--route", required=True, help="the route to switch")
-    p.add_argument("--to", required=True, help="the version to make primary")
+    p.add_argument("--to", help="the version to make primary for every key (during a canary: "
+                                "its version gives it every key, the primary rolls it back)")
+    p.add_argument("--canary", metavar="VERSION:SHARE",
+                   help="give VERSION a share of the keys (e.g. green:5%%), the primary keeping "
+                        "the rest; a later --canary with a larger share widens it")
     p.add_argument("--at", default="auto",
                    help="boundary event time: epoch ms, ISO-8601, +duration past the newest "
                         "horizon, or auto")

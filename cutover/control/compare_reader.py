@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from cutover.control.comparison import Comparison, TaggedOutput, match_identity
 from cutover.headers import HeaderError, RecordKind, parse_headers
+from cutover.key_bucket import BUCKETS
+from cutover.key_primary import in_canary
 from cutover.rollout.journal import CompareSummary
 from cutover.settings import RouteSettings
 from router.kafka_io import partitions_of, read_to_end, reader_conf
@@ -67,13 +70,17 @@ def read_raw(conf: dict[str, Any], starts: dict[str, dict[int, int]]) -> Iterato
 
 def compare_route(conf: dict[str, Any], route: RouteSettings, old: str, new: str,
                   seconds: float, max_diff: float, samples: int = 5,
-                  stop: threading.Event | None = None) -> CompareSummary:
+                  stop: threading.Event | None = None,
+                  share: float | None = None) -> CompareSummary:
     """Watch the route's raw topics for ``seconds``, then compare what both versions wrote;
-    raise :class:`CompareStopped` when ``stop`` is set first."""
+    raise :class:`CompareStopped` when ``stop`` is set first. ``share``: compare only the
+    records whose key is in a canary of that share (cutover.key_primary.in_canary)."""
     starts = raw_positions(conf, route.inputs)
     if (stop or threading.Event()).wait(seconds):
         raise CompareStopped("the comparison was stopped before its window ended")
-    comparison = Comparison(old, new, match_identity(route.dedup.identity), max_diff, samples)
+    keys = None if share is None else partial(in_canary, buckets=round(share * BUCKETS))
+    comparison = Comparison(old, new, match_identity(route.dedup.identity), max_diff, samples,
+                            keys=keys)
     for rec in read_raw(conf, starts):
         comparison.add(rec)
     return comparison.summary()

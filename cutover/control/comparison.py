@@ -20,6 +20,7 @@ input do; records out of that order near the ends show as only-old or only-new.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -84,9 +85,10 @@ class Comparison:
     """Feed raw records of a route with :meth:`add`; :meth:`summary` compares them."""
 
     def __init__(self, old: str, new: str, identity: IdentityFn, max_diff: float,
-                 samples: int = 5) -> None:
+                 samples: int = 5, keys: Callable[[bytes | None], bool] | None = None) -> None:
         self.old, self.new = old, new
         self.identity = identity
+        self.keys = keys   # the records compared: those whose key it takes (None: all)
         self.max_diff = max_diff
         self.samples = samples
         self.streams: dict[tuple[int, str], _Stream] = {}
@@ -98,6 +100,8 @@ class Comparison:
         stream.see(rec)
         if rec.heartbeat or rec.event_time is None:
             return
+        if self.keys is not None and not self.keys(rec.key):
+            return   # another key than the canary's: its range still counts, not its record
         try:
             ident = self.identity(rec.key, rec.value, rec.event_time)
         except IdentityError:

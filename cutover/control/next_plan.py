@@ -7,6 +7,11 @@ has already passed to its horizon + 1 on that partition, so a boundary in the pa
 routes every record exactly once, but later than asked), and the target version must be
 running on every partition without lagging the leading version by more than ``max_lag``.
 ``force`` skips those checks.
+
+A switch may instead give ``canary`` (a version and a share of the keys): the new segment keeps
+the current primary and gives the canary's version the first share of the key buckets
+(cutover.key_primary). The same checks apply to the canary's version; a canary that does not
+grow, or that names another version than the one in force, is refused with the plan's rule.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Literal, NamedTuple
 from pydantic import ValidationError
 
 from cutover.control.routes import RouteView
+from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, Segment
 from cutover.validation import describe
 
@@ -45,6 +51,32 @@ def next_plan(view: RouteView, target: str, at: At, margin: int, max_lag: int, f
               issued_by: str = "") -> NextPlan:
     """The plan that makes ``target`` primary of ``view.route`` from the boundary ``at`` on
     (the route's first plan when it has none); raise :class:`SwitchRefused`."""
+    return _next(view, target, None, at, margin, max_lag, force, now, deadline, issued_by)
+
+
+def next_canary_plan(view: RouteView, canary: Canary, at: At, margin: int, max_lag: int,
+                     force: bool, now: datetime, *, deadline: datetime | None = None,
+                     issued_by: str = "") -> NextPlan:
+    """The plan that gives ``canary.version`` the canary's share of the keys of
+    ``view.route`` from the boundary ``at`` on, the current primary keeping the rest; raise
+    :class:`SwitchRefused`."""
+    if view.plan is None:
+        raise SwitchRefused(f"route {view.route} has no plan yet, so no primary to run a canary "
+                            f"beside; publish its first plan with `cutover plan init --route "
+                            f"{view.route} --primary <running version>`")
+    return _next(view, canary.version, canary, at, margin, max_lag, force, now, deadline,
+                 issued_by)
+
+
+def describe_rule(seg: Segment) -> str:
+    if seg.canary is None:
+        return seg.primary
+    return f"{seg.primary} with canary {seg.canary.version} at {seg.canary.share:g}"
+
+
+def _next(view: RouteView, target: str, canary: Canary | None, at: At, margin: int,
+          max_lag: int, force: bool, now: datetime, deadline: datetime | None,
+          issued_by: str) -> NextPlan:
     route = view.route
     try:
         if view.plan is None:
@@ -55,12 +87,13 @@ def next_plan(view: RouteView, target: str, at: At, margin: int, max_lag: int, f
             return NextPlan(plan, f"first plan for route {route}: {target} is primary for all "
                                   "event times")
         last = view.plan.segments[-1]
-        current = last.primary if last.canary is None else \
-            f"{last.primary} with canary {last.canary.version} at {last.canary.share:g}"
+        current = describe_rule(last)
         # with a canary in force, switching to the primary is the canary's rollback
-        if target == last.primary and last.canary is None and not force:
+        if canary is None and target == last.primary and last.canary is None and not force:
             raise SwitchRefused(f"{target!r} is already the primary of route {route} (epoch "
                                 f"{view.plan.epoch}); nothing to switch")
+        if canary is not None:
+            _check_canary(view, last, canary)
         n = view.num_partitions or 0
         missing = [p for p in range(n) if p not in view.partitions]
         if (not view.partitions or missing) and not force:
@@ -72,15 +105,42 @@ def next_plan(view: RouteView, target: str, at: At, margin: int, max_lag: int, f
             _check_safe(view, target, boundary, margin, max_lag)
         kept = [s for s in view.plan.segments if s.from_event_time is None
                 or s.from_event_time < boundary]
-        if kept[-1].primary != target or kept[-1].canary is not None:
+        if canary is not None:
+            kept.append(Segment(from_event_time=boundary, primary=kept[-1].primary,
+                                canary=canary))
+        elif kept[-1].primary != target or kept[-1].canary is not None:
             kept.append(Segment(from_event_time=boundary, primary=target))
         epoch = max(view.plan.epoch, view.control_epoch or 0) + 1
         plan = CutoverPlan(route=route, epoch=epoch, segments=tuple(kept), deadline=deadline,
                            issued_at=now, issued_by=issued_by)
     except ValidationError as exc:
         raise SwitchRefused(f"the plan would be invalid: {'; '.join(describe(exc))}") from None
-    return NextPlan(plan, f"route {route}: {current} -> {target} at event time {boundary} "
-                          f"(epoch {epoch})")
+    return NextPlan(plan, f"route {route}: {current} -> {describe_rule(plan.segments[-1])} at "
+                          f"event time {boundary} (epoch {epoch})")
+
+
+def _check_canary(view: RouteView, last: Segment, canary: Canary) -> None:
+    """Refusals of a canary switch that the plan's own rule would word for a plan file."""
+    route = view.route
+    if canary.version == last.primary:
+        raise SwitchRefused(f"{canary.version!r} is already the primary of route {route}; a "
+                            "canary gives a share of the keys to the version that is not "
+                            "primary yet (e.g. --canary green:5%)")
+    held = last.canary
+    if held is None:
+        return
+    if held.version != canary.version:
+        raise SwitchRefused(f"route {route} has a canary of {held.version!r} in force; end it "
+                            f"first with `--to {held.version}` (every key) or `--to "
+                            f"{last.primary}` (the rollback), then start {canary.version!r}'s")
+    if canary.buckets == held.buckets:
+        raise SwitchRefused(f"{canary.version!r} already has {held.share:.2%} of the keys of "
+                            f"route {route}; nothing to switch: give a larger share, or `--to "
+                            f"{canary.version}` for every key")
+    if canary.buckets < held.buckets:
+        raise SwitchRefused(f"{canary.version!r} has {held.share:.2%} of the keys of route "
+                            f"{route} and shares only grow; give {held.share:.2%} or more, or "
+                            f"roll the canary back with `--to {last.primary}`")
 
 
 def _boundary(view: RouteView, at: At, margin: int) -> int:

@@ -164,12 +164,13 @@ class StopNew:
 
 @dataclass(frozen=True)
 class StartCompare:
-    pass
+    share: float | None = None   # compare only the keys of a canary of this share
 
 
 @dataclass(frozen=True)
 class PublishSwitch:
     deadline: datetime
+    share: float = 1.0   # below 1: a canary step giving the new version this share of the keys
 
 
 @dataclass(frozen=True)

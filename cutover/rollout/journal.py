@@ -13,11 +13,20 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Literal
+from itertools import pairwise
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from cutover.headers import VersionId
+from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, utcnow
 from cutover.validation import RouteName
 
@@ -43,6 +52,7 @@ class Phase(StrEnum):
     CATCHING_UP = "CATCHING_UP"
     COMPARING = "COMPARING"
     SWITCHING = "SWITCHING"
+    CANARY = "CANARY"       # a canary step's keys are handed over: watched for --canary-for
     DRAINING = "DRAINING"
     TEARING_DOWN = "TEARING_DOWN"
     SOAKING = "SOAKING"
@@ -59,13 +69,14 @@ class Phase(StrEnum):
     def old_still_running(self) -> bool:
         """Phases in which the old version has not been stopped: a rollback is possible."""
         return self in (Phase.STARTING_NEW, Phase.CATCHING_UP, Phase.COMPARING,
-                        Phase.SWITCHING, Phase.DRAINING)
+                        Phase.SWITCHING, Phase.DRAINING, Phase.CANARY)
 
 
 class Gate(StrEnum):
     """A point where a rollout waits for ``cutover rollout promote`` (``--pause-before``)."""
 
-    SWITCH = "switch"       # caught up (and compared): before the switch is published
+    SWITCH = "switch"       # caught up (and compared): before the switch (or a canary step)
+    #                         is published
     TEARDOWN = "teardown"   # CLEAR_TO_TEARDOWN: before the old version is stopped
 
 
@@ -119,6 +130,55 @@ class RolloutSpec(BaseModel):
     events: str | None = Field(default=None, description="file (or - for stdout) that gets one "
                                "JSON line per phase change")
     notify: str | None = Field(default=None, description="URL the same JSON is posted to")
+    canary: tuple[float, ...] = Field(
+        default=(), description="the shares of the keys the new version gets, step by step "
+        "(cutover rollout --canary 5%,25%,100%); each larger than the one before, the last 1 "
+        "(every key); empty: one whole switch")
+    canary_for_ms: int = Field(default=600_000, gt=0, description="how long each canary "
+                               "step is watched before the next")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_steps(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a rollout without canary steps is journaled exactly as before they existed
+        out: dict[str, Any] = handler(self)
+        if not self.canary:
+            out.pop("canary", None)
+            out.pop("canary_for_ms", None)
+        return out
+
+    @model_validator(mode="after")
+    def _steps_grow_to_every_key(self) -> RolloutSpec:
+        steps = self.canary
+        if not steps:
+            return self
+        for share in steps:
+            Canary(version=self.new, share=share)   # a share the plan takes, or the reason
+        if any(b <= a for a, b in pairwise(steps)):
+            raise ValueError(f"canary steps {_shares(steps)} do not grow: give each step a "
+                             "larger share than the one before")
+        if steps[-1] != 1:
+            raise ValueError(f"canary steps {_shares(steps)} end below 100%: a rollout ends "
+                             "with every key on the new version, so end them with 100%")
+        return self
+
+    def step_share(self, step: int) -> float:
+        """The share of the keys of canary step ``step`` (1: every key)."""
+        return self.canary[step] if self.canary else 1.0
+
+    def step_name(self, step: int) -> str:
+        """``step 2/3 (25% of the keys)``, or ``the switch`` without canary steps."""
+        if not self.canary:
+            return "the switch"
+        return f"step {step + 1}/{len(self.canary)} ({percent(self.canary[step])} of the keys)"
+
+
+def percent(share: float) -> str:
+    """``5%``, ``0.25%``: a share of the keys as a person writes it."""
+    return f"{round(share * 100, 2):g}%"
+
+
+def _shares(steps: tuple[float, ...]) -> str:
+    return ",".join(percent(s) for s in steps)
 
 
 class ProcessRef(BaseModel):
@@ -277,6 +337,8 @@ class RolloutRecord(BaseModel):
     compare: CompareSummary | None = None
     switch_epoch: int | None = None
     switch_boundary: int | None = None
+    step: int = Field(default=0, ge=0, description="the canary step (index in spec.canary) "
+                      "being published or in force; 0 without canary steps")
     rollback: RollbackState | None = None
     outcome: str | None = Field(default=None, description="the final sentence")
     abort_requested: str | None = Field(default=None, description="who asked to abort")
@@ -288,8 +350,23 @@ class RolloutRecord(BaseModel):
                                             "operator's command wrote")
     updated_at: datetime = Field(default_factory=utcnow)
 
+    @model_serializer(mode="wrap")
+    def _without_absent_step(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if not self.spec.canary:
+            out.pop("step", None)
+        return out
+
     def phase_started(self) -> datetime:
         return self.phases[-1].started_at if self.phases else self.started_at
+
+    def step_line(self) -> str | None:
+        """Where a rollout by key share is, e.g. ``step 2/3 (25% of the keys) of 5%, 25%,
+        100%``; None for a rollout without canary steps."""
+        steps = self.spec.canary
+        if not steps:
+            return None
+        return f"{self.spec.step_name(self.step)} of {', '.join(percent(s) for s in steps)}"
 
     def to_json(self) -> bytes:
         return self.model_dump_json().encode()

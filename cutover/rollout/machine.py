@@ -9,8 +9,16 @@ running), and the few effects that cannot be observed (the stop commands) are do
 having to be idempotent.
 
 Phases: STARTING_NEW -> CATCHING_UP -> [COMPARING] -> SWITCHING -> DRAINING -> TEARING_DOWN ->
-SOAKING -> DONE. With ``--pause-before switch`` the rollout waits, caught up (and compared),
-until an operator promotes it; with ``--pause-before teardown`` it waits at CLEAR_TO_TEARDOWN.
+SOAKING -> DONE. With canary steps (``--canary 5%,25%,100%``) each step below 100% is
+SWITCHING (a later plan segment with the wider share, pinned as always) -> DRAINING (until
+HANDED_OVER: the step's keys are handed over) -> CANARY (watched for ``--canary-for``, with
+``--compare`` restricted to the canary's keys) -> the next step; the last step (every key) is
+the whole switch, and goes on as above. The deadline counts from the start to the first step's
+handover, then again from each step's publication to its handover; a failed comparison, a
+stall or the deadline rolls back (a later segment without the canary), as without steps.
+With ``--pause-before switch`` the rollout waits, caught up (and compared), until an operator
+promotes it (with canary steps: before each step); with ``--pause-before teardown`` it waits
+at CLEAR_TO_TEARDOWN.
 A paused rollout (``cutover rollout pause``) makes no step forward until it is resumed; what
 keeps consumers safe (the deadline before the switch, STALLED, the new version's exit) still
 rolls it back. Until the old version is stopped, the deadline, STALLED, the new version's exit,
@@ -71,6 +79,7 @@ from cutover.rollout.journal import (
     RollbackState,
     RolloutRecord,
     Trigger,
+    percent,
 )
 from cutover.rollout.sentences import (
     at,
@@ -110,23 +119,36 @@ def step(rec: RolloutRecord, event: Event, now: datetime) -> Step:
     if isinstance(event, StartFailed) and phase is Phase.STARTING_NEW:
         return _rollback(rec, now, Trigger.START_FAILED,
                          f"the start command of {rec.spec.new} failed: {event.reason}")
+    if isinstance(event, CompareDone) and phase is Phase.CANARY:
+        done = _with(rec, compare=event.summary)
+        if event.summary.passed:
+            return Step(_with(done, note=f"{rec.spec.step_name(rec.step)}: "
+                                         f"{event.summary.headline()}"))
+        return _rollback(done, now, Trigger.COMPARE,
+                         f"the comparison of the canary's keys failed at "
+                         f"{rec.spec.step_name(rec.step)}: {event.summary.headline()}")
+    if isinstance(event, CompareFailed) and phase is Phase.CANARY:
+        return _rollback(rec, now, Trigger.COMPARE,
+                         f"the comparison of the canary's keys could not run: {event.reason}")
     if isinstance(event, CompareDone) and phase is Phase.COMPARING:
         done = _with(rec, compare=event.summary)
         if event.summary.passed and rec.paused_by is not None:
             return Step(done)   # the switch waits for the resume (the tick goes on from here)
         if event.summary.passed:
             return _gate(done, Gate.SWITCH, event.summary.headline()) or _enter(
-                done, Phase.SWITCHING, now, event.summary.headline(),
-                PublishSwitch(rec.deadline_at))
+                done, Phase.SWITCHING, now, event.summary.headline(), _publish(done))
         return _rollback(done, now, Trigger.COMPARE,
                          f"the comparison failed: {event.summary.headline()}")
     if isinstance(event, CompareFailed) and phase is Phase.COMPARING:
         return _rollback(rec, now, Trigger.COMPARE,
                          f"the comparison could not run: {event.reason}")
     if isinstance(event, SwitchPublished) and phase is Phase.SWITCHING:
+        what = (f"{rec.spec.new} is primary" if rec.spec.step_share(rec.step) == 1 else
+                f"{rec.spec.step_name(rec.step)}: {rec.spec.new} is primary of "
+                f"{percent(rec.spec.step_share(rec.step))} of the keys")
         return _enter(_with(rec, switch_epoch=event.epoch, switch_boundary=event.boundary),
-                      Phase.DRAINING, now, f"{rec.spec.new} is primary from event time "
-                      f"{at(event.boundary)} (plan epoch {event.epoch})")
+                      Phase.DRAINING, now, f"{what} from event time {at(event.boundary)} "
+                      f"(plan epoch {event.epoch})")
     if isinstance(event, SwitchRefused) and phase is Phase.SWITCHING:
         return Step(_with(rec, note=f"switch refused, retrying: {event.reason}"))
     if isinstance(event, OldStopped) and phase is Phase.TEARING_DOWN:
@@ -155,8 +177,11 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
         foreign = _foreign_plan(rec, obs.route.plan)
         if foreign is not None:
             return _finish(rec, Phase.FAILED, now, foreign)
-        # Waiting at the teardown gate, the transition is already clear: no deadline to meet.
-        if now >= rec.deadline_at and rec.waiting_at is not Gate.TEARDOWN:
+        # Waiting at the teardown gate, the transition is already clear, and a canary step
+        # in force has its keys: no deadline to meet.
+        if now >= rec.deadline_at and rec.waiting_at is not Gate.TEARDOWN \
+                and phase is not Phase.CANARY and not (
+                    phase is Phase.SWITCHING and rec.waiting_at is Gate.SWITCH and rec.step):
             return _rollback(rec, now, Trigger.DEADLINE,
                              f"the deadline ({dur(spec.deadline_ms)}) passed in {phase.value}"
                              f"{_waiting_on(rec, obs)}")
@@ -176,24 +201,43 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
             return Step(_with(rec, note=lagging))
         done = (f"{spec.new} within {dur(spec.catch_up_lag_ms)} of {spec.old} on all "
                 f"{obs.route.num_partitions} partitions")
-        if spec.compare:
+        if spec.compare and not spec.canary:   # with steps, each step compares its keys
             return _enter(rec, Phase.COMPARING, now, done, StartCompare())
         return _gate(rec, Gate.SWITCH, done) or _enter(rec, Phase.SWITCHING, now, done,
-                                                       PublishSwitch(rec.deadline_at))
+                                                       _publish(rec))
     if phase is Phase.COMPARING:
         if rec.compare is None and not obs.compare_running:
             return Step(rec, (StartCompare(),))
         if rec.compare is not None and rec.compare.passed and _gate(rec, Gate.SWITCH, "") is None:
             return _enter(rec, Phase.SWITCHING, now, rec.compare.headline(),
-                          PublishSwitch(rec.deadline_at))   # promoted past the gate
+                          _publish(rec))   # promoted past the gate
         return Step(rec)
     if phase is Phase.SWITCHING:
+        if rec.waiting_at is Gate.SWITCH:   # a later canary step waits for its promotion
+            if _gate(rec, Gate.SWITCH, "") is not None:
+                return Step(rec)
+            rec = _with(rec, waiting_at=None)
         plan = obs.route.plan
         if plan is not None and _is_switch(rec, plan):
             # published by a run that died before journaling it
             assert plan.transition is not None
             return step(rec, SwitchPublished(plan.epoch, plan.transition[2]), now)
-        return Step(rec, (PublishSwitch(rec.deadline_at),))
+        return Step(rec, (_publish(rec),))
+    if phase is Phase.CANARY:
+        return _canary_tick(rec, obs)
+    if phase is Phase.DRAINING and spec.step_share(rec.step) < 1:
+        tr = obs.route.transition
+        if tr.state is TransitionState.HANDED_OVER and tr.to == spec.new \
+                and tr.share == spec.step_share(rec.step):
+            note = (f"{spec.step_name(rec.step)} handed over: watching it for "
+                    f"{dur(spec.canary_for_ms)}")
+            return _enter(_with(rec, compare=None), Phase.CANARY, now, note,
+                          *((StartCompare(spec.step_share(rec.step)),) if spec.compare else ()))
+        if tr.state is TransitionState.STALLED:
+            return _rollback(rec, now, Trigger.STALLED,
+                             f"{spec.step_name(rec.step)} stalled: {tr.describe_holdups()}")
+        return Step(_with(rec, note=f"waiting for {spec.step_name(rec.step)} to be handed "
+                                    f"over: {tr.describe_holdups(limit=3) or tr.state.value}"))
     if phase is Phase.DRAINING:
         tr = obs.route.transition
         if tr.state is TransitionState.CLEAR_TO_TEARDOWN and tr.to == spec.new:
@@ -216,6 +260,38 @@ def _tick(rec: RolloutRecord, obs: Observation) -> Step:
     return _rollback_tick(rec, obs)
 
 
+def _canary_tick(rec: RolloutRecord, obs: Observation) -> Step:
+    """A canary step in force: watched for ``canary_for``, its keys compared (``--compare``);
+    then the next step, past the switch gate when the spec asks for one."""
+    spec, now = rec.spec, obs.now
+    share = spec.step_share(rec.step)
+    if spec.compare:
+        if rec.compare is None:
+            if not obs.compare_running:
+                return Step(rec, (StartCompare(share),))
+            return Step(rec)
+        if not rec.compare.passed:   # journaled before its rollback: roll back now
+            return _rollback(rec, now, Trigger.COMPARE, f"the comparison of the canary's keys "
+                             f"failed: {rec.compare.headline()}")
+    if now < rec.phase_started() + timedelta(milliseconds=spec.canary_for_ms):
+        return Step(rec)
+    nxt = rec.step + 1
+    done = f"{spec.step_name(rec.step)} held for {dur(spec.canary_for_ms)}"
+    advanced = _with(rec, step=nxt, promoted=tuple(g for g in rec.promoted
+                                                  if g is not Gate.SWITCH),
+                     deadline_at=now + timedelta(milliseconds=spec.deadline_ms))
+    entered = _enter(advanced, Phase.SWITCHING, now, f"{done}; next {spec.step_name(nxt)}")
+    gated = _gate(entered.record, Gate.SWITCH, entered.record.note)
+    if gated is not None:
+        return gated
+    return Step(entered.record, (_publish(advanced),))
+
+
+def _publish(rec: RolloutRecord) -> PublishSwitch:
+    """The switch of the rollout's current step (the whole switch without canary steps)."""
+    return PublishSwitch(rec.deadline_at, rec.spec.step_share(rec.step))
+
+
 def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
     rb, spec, now = rec.rollback, rec.spec, obs.now
     assert rb is not None
@@ -226,7 +302,7 @@ def _rollback_tick(rec: RolloutRecord, obs: Observation) -> Step:
         plan = route.plan
         assert rec.switch_epoch is not None
         if plan is not None and plan.epoch > rec.switch_epoch \
-                and plan.segments[-1].primary == spec.old:
+                and plan.segments[-1].primary == spec.old and plan.segments[-1].canary is None:
             rb = _rb(rb, epoch=plan.epoch)   # published by a run that died before journaling
             rec = _with(rec, rollback=rb)
         else:
@@ -303,7 +379,8 @@ def _requested(rec: RolloutRecord, req: Requested) -> Step:
 
 def next_gate(rec: RolloutRecord) -> Gate | None:
     """The first gate of the spec not promoted yet and not behind the rollout already."""
-    passed = {Gate.SWITCH: rec.switch_epoch is not None,
+    passed = {Gate.SWITCH: rec.switch_epoch is not None and not (
+                  rec.phase in (Phase.CANARY, Phase.SWITCHING) and rec.spec.canary),
               Gate.TEARDOWN: rec.phase in (Phase.TEARING_DOWN, Phase.SOAKING)}
     for gate in rec.spec.pause_before:
         if gate not in rec.promoted and not passed[gate]:
@@ -355,15 +432,23 @@ def _unsteady(route: RouteFacts, old: str) -> list[str]:
 
 
 def _is_switch(rec: RolloutRecord, plan: CutoverPlan) -> bool:
-    return (plan.epoch > rec.base_plan.epoch and plan.transition is not None
-            and plan.transition[1] == rec.spec.new)
+    """``plan`` is the switch of the rollout's current step (a canary of the step's share, or
+    every key to the new version)."""
+    after = rec.switch_epoch if rec.switch_epoch is not None else rec.base_plan.epoch
+    if plan.epoch <= after or plan.transition is None or plan.transition[1] != rec.spec.new:
+        return False
+    last, share = plan.segments[-1], rec.spec.step_share(rec.step)
+    if share == 1:
+        return last.canary is None
+    return last.canary is not None and last.canary.share == share
 
 
 def _foreign_plan(rec: RolloutRecord, plan: CutoverPlan | None) -> str | None:
     """A sentence when someone else changed the route's plan under the rollout."""
     if rec.phase is Phase.SWITCHING and plan is not None and _is_switch(rec, plan):
         return None
-    expected = rec.switch_epoch if rec.phase is Phase.DRAINING else rec.base_plan.epoch
+    # before the first switch the rollout's plan is the base; from it on, its last switch's
+    expected = rec.switch_epoch if rec.switch_epoch is not None else rec.base_plan.epoch
     if plan is None or expected is None or plan.epoch <= expected:
         # An older epoch (or none) is a read from before the rollout's own plan: epochs only
         # grow (routers reject a lower one), so nobody can have replaced it with that.

@@ -22,6 +22,8 @@ METRICS = {
                                           "once passed)"),
     "rollout_restarts_total": ("counter", "restarts of the new version during a rollback"),
     "rollout_compared_records": ("gauge", "records of the comparison, by result"),
+    "rollout_canary_share": ("gauge", "the share of the keys the rollout's current step gives "
+                                      "the new version (a rollout by key share only)"),
 }
 
 
@@ -54,6 +56,10 @@ def prometheus(rec: RolloutRecord, now: datetime) -> str:
     head("rollout_restarts_total")
     lines.append(f"cutover_rollout_restarts_total{{{labels}}} "
                  f"{rec.rollback.restarts if rec.rollback else 0}")
+    if rec.spec.canary:
+        head("rollout_canary_share")
+        lines.append(f'cutover_rollout_canary_share{{{labels},step="{rec.step + 1}"}} '
+                     f"{rec.spec.step_share(rec.step)}")
     if rec.compare is not None:
         head("rollout_compared_records")
         c = rec.compare.counts

@@ -156,18 +156,23 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     return done
 
 
+def whole_switch(boundary: int = BASE_T + EVENTS * 5) -> tuple[Segment, ...]:
+    """The bench's plan: blue, then green for every key from ``boundary`` on."""
+    return (Segment(from_event_time=None, primary="blue"),
+            Segment(from_event_time=boundary, primary="green"))
+
+
 def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
-            state: Path, transactions: str = "auto", compiled_path: bool = True) -> Measured:
+            state: Path, transactions: str = "auto", compiled_path: bool = True,
+            segments: tuple[Segment, ...] | None = None) -> Measured:
     """The router's run; ``compiled_path`` False: the interpreted per-record loop
-    (router.compiled)."""
+    (router.compiled); ``segments``: the plan's timeline (default :func:`whole_switch`)."""
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
         "group_id": f"bench-{out}", "state_dir": str(state), "http_port": None,
         "kafka": {"session.timeout.ms": 6000}, "transactions": transactions,
         "routes": [{"name": "bench", "inputs": [raw], "output": out}]})
-    plan = CutoverPlan(route="bench", epoch=1, segments=(
-        Segment(from_event_time=None, primary="blue"),
-        Segment(from_event_time=BASE_T + EVENTS * 5, primary="green")))
+    plan = CutoverPlan(route="bench", epoch=1, segments=segments or whole_switch())
     p = Producer({"bootstrap.servers": bootstrap})
     p.produce(control, plan.to_json(), b"bench")
     p.flush(10)

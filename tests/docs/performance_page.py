@@ -77,6 +77,17 @@ def transactions(s: Section) -> list[str]:
                    ("rounds", ", ".join(_pct(x) for x in rounds) if rounds else None)])
 
 
+def canary(s: Section) -> list[str]:
+    rounds = s.get("ratio_rounds")
+    ratio = s.get("ratio")
+    return _pairs([
+        ("canary segment / whole switch, median of the rounds", _get(s, "ratio", _pct)),
+        ("cost of the key's bucket", _pct(1 - ratio) if ratio is not None else None),
+        ("rounds", ", ".join(_pct(x) for x in rounds) if rounds else None),
+        ("whole switch, records/s", _get(s, "switch_per_s", lambda x: f"{x:,}")),
+        ("canary segment, records/s", _get(s, "canary_per_s", lambda x: f"{x:,}"))])
+
+
 def latency(results: dict[str, Section]) -> list[str]:
     rows = []
     for key in ("latency_fetch_wait_default", "latency_fetch_wait_10"):
@@ -290,6 +301,11 @@ BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
     ("router_transactions", "Transactions on vs off", "`tests/bench/test_router_bench.py::"
      "test_router_transactions_cost`: the same data routed with `transactions: on` and `off`, "
      "alternating rounds.", transactions),
+    ("canary_cost", "A canary segment", "`tests/bench/test_canary_bench.py`: the data of "
+     "the router throughput benchmark routed under a plan whose segment gives green 5% of the "
+     "keys, and under the whole switch at the same boundary (90% of the records past it), in "
+     "alternating rounds; under the canary each record of the segment needs its key's bucket "
+     "(BLAKE2b-64 of the key, in the compiled path). Target: under 5%.", canary),
     ("latency", "Latency the router adds", "`tests/bench/test_latency_bench.py`: 2,000 records/s "
      "for 20 s on 4 partitions, read by the router and by the pass-through loop at once; the "
      "figure is the router's latency less the loop's.", lambda s: []),

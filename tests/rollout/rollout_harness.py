@@ -150,9 +150,16 @@ def rolled_back_timeline(route: RolloutRoute, rec: RolloutRecord) -> Callable[[i
     return primary
 
 
-def check_output(route: RolloutRoute, primary: Callable[[int, int], str]) -> Counter[str]:
+def check_output(route: RolloutRoute, primary: Callable[[int, int], str],
+                 by_key: Callable[[int, int, bytes | None], str] | None = None) -> Counter[str]:
     """Close the input, then: every event, exactly once, on its partition, from
-    ``primary(partition, event time)``; returns the records per version."""
+    ``primary(partition, event time)`` (or ``by_key(partition, event time, key)``, with a
+    canary); returns the records per version."""
+    if by_key is not None:
+        primary_of = by_key
+    else:
+        def primary_of(p: int, t: int, _key: bytes | None) -> str:
+            return primary(p, t)
     env = route.env
     count = route.close_input()
     env.wait_for(f"{count} output records", lambda: env.output_count() >= count, 120, 0.5)
@@ -168,9 +175,9 @@ def check_output(route: RolloutRoute, primary: Callable[[int, int], str]) -> Cou
         versions[version] += 1
         if t != event_time(i) or m.partition() != i % env.partitions:
             wrong.append(f"event {i}: t={t} partition {m.partition()}")
-        elif version != primary(m.partition(), t):
+        elif version != primary_of(m.partition(), t, m.key()):
             wrong.append(f"event {i} (p{m.partition()}, t={t}) from {version}, expected "
-                         f"{primary(m.partition(), t)}")
+                         f"{primary_of(m.partition(), t, m.key())}")
     lost = [i for i in range(count) if seen[i] == 0]
     dups = [(i, n) for i, n in seen.items() if n > 1]
     assert not lost, f"{len(lost)} events lost, e.g. {lost[:5]}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cutover.key_primary import in_canary
 from cutover.rollout.journal import Phase, Trigger
 from tests.integration.harness import free_port, run_cli_json
 from tests.rollout.rollout_harness import (
@@ -191,3 +192,59 @@ def test_abort_asks_the_running_rollout_to_roll_back(route: RolloutRoute) -> Non
         "blue"]
     # what the router had given green before the abort, if anything, green delivered
     check_output(route, rolled_back_timeline(route, final))
+
+
+def test_a_rollout_by_key_share_steps_through_the_shares_with_each_key_once(
+        route: RolloutRoute) -> None:
+    run = route.rollout(*rollout_args(route, "--canary", "25%,100%", "--canary-for", "3s",
+                                      "--compare", "--compare-for", "3s", "--max-diff", "20%",
+                                      green=("--change-every", "10")))
+    assert route.wait_exit(run, 150) == 0, run.tail(40)
+    text = run.text()
+    for line in ("by key share (25%, 100%", "CANARY started: step 1/2 (25% of the keys)",
+                 "the canary's 25% of the keys", "SWITCHING started: step 2/2 (100% of the keys)",
+                 "done in"):
+        assert line in text, (line, text)
+    assert "Traceback" not in text
+    final = route.journal()[-1]
+    assert final.phase is Phase.DONE and final.step == 1
+    assert [s.phase for s in final.phases] == [
+        Phase.STARTING_NEW, Phase.CATCHING_UP, Phase.SWITCHING, Phase.DRAINING, Phase.CANARY,
+        Phase.SWITCHING, Phase.DRAINING, Phase.TEARING_DOWN, Phase.SOAKING]
+    assert final.compare is not None and final.compare.passed
+    plan = route.env.view().plan
+    assert plan is not None
+    (_, canary_seg, whole) = plan.segments
+    assert canary_seg.canary is not None and canary_seg.canary.share == 0.25
+    assert whole.primary == "green" and whole.canary is None
+    start, every = canary_seg.from_event_time, whole.from_event_time
+    assert start is not None and every is not None
+
+    def primary(p: int, t: int, key: bytes | None) -> str:
+        if t >= every or (t >= start and in_canary(key, 2_500)):
+            return "green"
+        return "blue"
+
+    versions = check_output(route, lambda p, t: "", by_key=primary)
+    assert versions["blue"] > 0 and versions["green"] > 0
+
+
+def test_a_failed_comparison_of_the_canary_s_keys_rolls_the_canary_back(
+        route: RolloutRoute) -> None:
+    run = route.rollout(*rollout_args(route, "--canary", "25%,100%", "--canary-for", "3s",
+                                      "--compare", "--compare-for", "3s", "--max-diff", "1%",
+                                      green=("--change-every", "10")))
+    assert route.wait_exit(run, 150) == 1, run.tail(40)
+    final = route.journal()[-1]
+    assert final.phase is Phase.ROLLED_BACK, final.outcome
+    assert final.rollback is not None and final.rollback.trigger is Trigger.COMPARE
+    assert "step 1/2 (25% of the keys)" in final.rollback.reason
+    plan = route.env.view().plan   # blue for every key, pinned above what was decided
+    assert plan is not None and [(x.primary, x.canary) for x in plan.segments] == [("blue", None)]
+    given = rolled_back_timeline(route, final)   # the step's range green had been given
+
+    def primary(p: int, t: int, key: bytes | None) -> str:
+        return "green" if given(p, t) == "green" and in_canary(key, 2_500) else "blue"
+
+    versions = check_output(route, lambda p, t: "", by_key=primary)
+    assert versions["blue"] > 0 and versions["green"] > 0

@@ -4,8 +4,10 @@ are compared, how records are matched, and what is counted."""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from cutover.control.comparison import Comparison, TaggedOutput, match_identity
+from cutover.key_primary import in_canary
 from router.identity import key_event_time_identity
 
 
@@ -38,6 +40,21 @@ def stream(version: str, first: int, last: int, *, p: int = 0, change: set[int] 
             out.append(data(version, i, b, p=p, value=value))
         out.append(beat(version, b, 1000 + 10 * b + 9, p=p))
     return out
+
+
+def test_a_canary_s_comparison_counts_only_the_canary_s_keys_over_the_same_range() -> None:
+    canary = partial(in_canary, buckets=2_500)   # a quarter of the keys
+    others = {i for i in range(100) if not canary(f"k{i}".encode())}   # green differs there
+    whole = feed(Comparison("blue", "green", key_event_time_identity, 0.0),
+                 *stream("blue", 0, 9), *stream("green", 0, 9, change=others))
+    keys = feed(Comparison("blue", "green", key_event_time_identity, 0.0, keys=canary),
+                *stream("blue", 0, 9), *stream("green", 0, 9, change=others))
+    assert not whole.summary().passed
+    s = keys.summary()
+    assert s.ranges == whole.summary().ranges == {0: (1009, 1099)}
+    assert s.passed and s.counts.differing == 0
+    inside = sum(canary(f"k{i}".encode()) for i in range(10, 99))
+    assert s.counts.equal == inside and 0 < inside < 89
 
 
 def test_equal_outputs_compare_equal_over_the_range_both_emitted_in_full() -> None:

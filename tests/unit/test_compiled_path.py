@@ -8,8 +8,9 @@ objects); one decides with ``_handle_all``, the other with the compiled loop
 mix what the compiled path takes (well-formed data of either version) with everything it must
 leave (heartbeats, malformed and unusual headers, error records, poison timestamps, records
 older than the retention, duplicates, records the ordered handover holds, identities the
-filter cannot tell apart, a partition paused over max_held, a plan with a per-key canary,
-which the compiled path leaves to the interpreted rule). The producer is a recorder (the
+filter cannot tell apart, a partition paused over max_held), under plans with and without a
+per-key canary (whose rule the compiled path reads from each record's key bucket: starting,
+growing, the full switch and the rollback). The producer is a recorder (the
 subject is the decision and the output's order, not Kafka); it can refuse a produce with a
 full queue or fail one, as confluent-kafka does.
 """
@@ -36,6 +37,7 @@ from cutover.headers import (
     TaggedRecord,
     heartbeat_headers,
 )
+from cutover.key_bucket import key_bucket
 from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
@@ -67,6 +69,18 @@ def test_the_record_identity_is_the_same_digest(key: bytes | None, value: bytes 
                                                  t: int) -> None:
     assert compiled._fastpath is not None, compiled.path_name()
     assert compiled._fastpath.record_identity(key, value, t) == record_identity(key, value, t)
+
+
+@given(key=st.binary(max_size=300))
+def test_the_key_bucket_is_the_same(key: bytes) -> None:
+    assert compiled._fastpath is not None, compiled.path_name()
+    assert compiled._fastpath.key_bucket(key) == key_bucket(key)
+
+
+def test_the_key_bucket_gives_the_contract_vectors() -> None:
+    assert compiled._fastpath is not None, compiled.path_name()
+    vectors = {b"": 9876, b"a": 3343, b"order-1": 6429, b"\x00\xff": 2500}
+    assert {k: compiled._fastpath.key_bucket(k) for k in vectors} == vectors
 
 
 class Recorder:
@@ -180,7 +194,8 @@ def records(draw: Any, n: int) -> list[dict[str, Any]]:
             "kind": kind, "t": t,
             "version": draw(st.sampled_from(["blue", "green", "blue", "green", "violet"])),
             "topic": draw(st.sampled_from(RAW)), "p": draw(st.sampled_from(PARTS)),
-            "key": draw(st.none() | st.sampled_from([b"k1", b"k2", b"k3", b"k4"])),
+            "key": draw(st.none() | st.sampled_from([b"k1", b"k2", b"k3", b"k4"])
+                        | st.binary(max_size=12)),
             "value": draw(st.sampled_from([b"v1", b"v2", None, b""])),
             "job": draw(st.sampled_from([[], [("trace", b"1")], [("trace", None)]])),
             "odd": draw(st.sampled_from(ODD_HEADERS)),
@@ -246,6 +261,14 @@ PLANS: list[list[tuple[int | None, str, Canary | None]]] = [
     [(None, "green", None), (T0 + 5_000, "blue", None), (T0 + 30_000, "green", None)],
     [(None, "blue", None), (T0 + 10_000, "blue", HALF_GREEN)],
     [(None, "blue", HALF_GREEN)],
+    # a canary rollout's steps: 5%, 25%, then every key; and one rolled back at 25%
+    [(None, "blue", None), (T0 + 5_000, "blue", Canary(version="green", share=0.05)),
+     (T0 + 15_000, "blue", Canary(version="green", share=0.25))],
+    [(None, "blue", None), (T0 + 5_000, "blue", Canary(version="green", share=0.05)),
+     (T0 + 15_000, "blue", Canary(version="green", share=0.25)), (T0 + 25_000, "green", None)],
+    [(None, "blue", None), (T0 + 5_000, "blue", Canary(version="green", share=0.25)),
+     (T0 + 25_000, "blue", None)],
+    [(None, "green", Canary(version="blue", share=1.0))],
 ]
 
 
@@ -325,10 +348,11 @@ def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
 
 
 
-def test_a_canary_plan_is_decided_by_the_interpreted_rule(tmp_path: Path) -> None:
-    """A record's primary under a canary depends on its key, which the compiled path does not
-    read: its run declines, from the scan after the plan arrives (even in the middle of a
-    batch), and the interpreted rule gives each key its primary."""
+def test_a_canary_plan_stays_compiled_and_gives_each_key_its_primary(tmp_path: Path) -> None:
+    """A record's primary under a canary depends on its key: the compiled run reads its
+    bucket, from the scan after the plan arrives (even in the middle of a batch), decides
+    every record itself and gives each key its primary (a record without a key: the
+    segment's primary)."""
     dp, _ = _world(tmp_path, ordered=False, max_held=1000, identity="record", stream=False,
                    refuse=set(), fail=set())
     warm = _messages([{"kind": "data", "t": T0, "version": v, "topic": RAW[0], "p": 0,
@@ -345,8 +369,7 @@ def test_a_canary_plan_is_decided_by_the_interpreted_rule(tmp_path: Path) -> Non
             for i, k in enumerate(keys) for v in ("blue", "green")]
     msgs = _messages(recs, {(RAW[0], 0): 1})
     dp._apply_everywhere(_plan(2, PLANS[4]))  # after the run was made
-    assert run.scan(msgs, 0) == -1
-    compiled.CompiledLoop(dp._handle_all, dp._run_for).handle(msgs)
+    assert run.scan(msgs, 0) == len(msgs)
     queue = dp._writer.queue  # type: ignore[union-attr]
     forwarded = [(key, dict(headers)[VERSION]) for _, _, key, _, headers, _ in queue]
     assert forwarded == [(b"k1", b"green"), (b"k2", b"blue"), (b"k3", b"green"),

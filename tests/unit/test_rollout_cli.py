@@ -24,6 +24,14 @@ from cutover.cli import main
       "--bootstrap", "x:1"], "--compare reads the route's raw topics: pass --config"),
     (["--route", "r", "--to", "g", "--start", "s", "--stop-old", "k", "--config",
       "/nonexistent.yaml"], "cannot read settings file"),
+    (["--route", "r", "--to", "g", "--start", "s", "--stop-old", "k", "--canary", "25%,5%,100%",
+      "--bootstrap", "x:1"], "shares only grow"),
+    (["--route", "r", "--to", "g", "--start", "s", "--stop-old", "k", "--canary", "5%,25%",
+      "--bootstrap", "x:1"], "end the steps with 100%"),
+    (["--route", "r", "--to", "g", "--start", "s", "--stop-old", "k", "--canary", "5%,100%",
+      "--canary-for", "a while", "--bootstrap", "x:1"], "'a while' is not a duration"),
+    (["--route", "r", "--resume", "--canary", "5%,100%", "--bootstrap", "x:1"],
+     "--resume continues the journaled rollout as it was started; drop --canary"),
 ])
 def test_refusals_say_what_to_fix(argv: list[str], says: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:

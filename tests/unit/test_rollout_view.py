@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from datetime import timedelta
 
-from rollout_support import SWITCH, T0, observe, part, record
+from rollout_support import SWITCH, T0, observe, part, record, spec
 
 from cutover.cli.rollout_view import PlainView, RichView, phase_lines
 from cutover.cli.status import describe_rollout
@@ -49,6 +49,29 @@ def test_the_live_view_draws_each_partition() -> None:
                   "00:00:55   6s", "00:00:24  36s", "forwarded since the start: blue 7",
                   "partition 1: green 36s behind blue"):
         assert words in text, (words, text)
+
+
+def test_a_rollout_by_key_share_shows_its_step_and_share_everywhere() -> None:
+    s = spec(canary=(0.05, 0.25, 1.0))
+    rec = record(Phase.CANARY, spec=s, step=1, switch_epoch=3, note="watching")
+    assert rec.step_line() == "step 2/3 (25% of the keys) of 5%, 25%, 100%"
+    out = io.StringIO()
+    PlainView(out).update(rec, observe(part(60_000, 61_000, epoch=3, horizon=62_000)), {})
+    assert "CANARY 0:10  step 2/3 (25% of the keys) of 5%, 25%, 100%" in out.getvalue()
+    screen = io.StringIO()
+    live = RichView(screen)
+    live.console.width = 140
+    live.update(rec, observe(part(60_000, 61_000, epoch=3, horizon=62_000)), {})
+    live.close()
+    assert "CANARY  step 2/3 (25% of the keys) of 5%, 25%, 100%" in screen.getvalue()
+    line = describe_rollout(rec, T0 + timedelta(seconds=5))
+    assert line.startswith("rollout blue -> green: CANARY, step 2/3 (25% of the keys) of 5%, "
+                           "25%, 100% (since")
+    before = rec.model_copy(update={"phase": Phase.CANARY, "step": 0})
+    after = rec.model_copy(update={"phase": Phase.SWITCHING})
+    assert phase_lines(before, after, T0)[1].endswith(
+        "SWITCHING started: step 2/3 (25% of the keys)")
+    assert record(Phase.DRAINING).step_line() is None
 
 
 def test_cutover_status_names_the_phase_and_who_drives_it() -> None:

@@ -153,8 +153,9 @@ class BatchEnd:
     consumer: Callable[[], Consumer]
     consumer_failed: Callable[[], bool]   # the consumer reported a fatal error
     recover: Callable[[Failed], Stale]
-    # The data consumer's group metadata, if the worker is a member (router.transactions: a
-    # transaction's offsets are sent with it). Called from the commit threads.
+    # The data consumer's group metadata as last noted, if the worker is a member
+    # (router.transactions: a transaction's offsets are sent with it). Read by the commit
+    # threads, which never call the consumer themselves.
     group: Callable[[], bytes | None]
     # Partitions a rebalance revoked and the next assignment has not placed yet (the
     # assignment's own, shared: router.assignment.Assignment.parked).

@@ -169,6 +169,8 @@ class DataPath:
         self._control: ControlReader | None = None
         self._parts: Assignment | None = None
         self._end: BatchEnd | None = None
+        # The data consumer's group metadata as last noted (:meth:`_note_group`).
+        self._group: bytes | None = None
         # The per-record path: compiled where it can (router.compiled), else interpreted.
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
                         if compiled.enabled() else self._handle_all)
@@ -218,7 +220,7 @@ class DataPath:
                              ckpt_topic=self.ckpt_topic, worker_id=self.worker_id,
                              clock=self.clock, consumer=self._current_consumer,
                              consumer_failed=lambda: self._consumer_fatal is not None,
-                             recover=self._recover, group=self._group_metadata,
+                             recover=self._recover, group=lambda: self._group,
                              parked=self._parts.parked,
                              stuck_s=self.settings.commit_stuck_s)
         self._parts.before_change = self._before_change
@@ -258,6 +260,8 @@ class DataPath:
         def current(callback: Rebalance) -> Rebalance:
             def guarded(c: Consumer, partitions: list[TopicPartition]) -> None:
                 if c is self._consumer:
+                    # the generation this rebalance brings, before any commit is waited for
+                    self._note_group()
                     callback(c, partitions)
             return guarded
 
@@ -419,6 +423,7 @@ class DataPath:
         self._took_over = False
         msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
+        self._note_group()
         self._raise_if_consumer_failed()
         progressed = bool(msgs) or self._took_over
         msgs = self._check_positions(msgs)
@@ -461,20 +466,21 @@ class DataPath:
         elif self.progress.check_due():
             self._judge_stall()
 
-    def _group_metadata(self) -> bytes | None:
-        """The data consumer's group metadata, if the worker is a member of its group now
-        (router.transactions; called from the commit threads). None without a member id: the
+    def _note_group(self) -> None:
+        """Note the data consumer's group metadata as it stands (None without a member id: the
         client blanks it when its session is lost, and the group coordinator does not check a
-        blank generation."""
+        blank generation). On this thread, after every consume and at the start of every
+        rebalance callback: the commit threads read what was noted (router.transactions) and
+        never call the consumer, which the client lets one thread use at a time (a commit
+        thread asking it while this one waits for that commit in a rebalance callback would
+        wait for ever)."""
         consumer = self._consumer
-        if consumer is None:
-            return None
+        if self._txn is None or consumer is None:
+            return
         try:
-            if not consumer.memberid():
-                return None
-            return consumer.consumer_group_metadata()
+            self._group = consumer.consumer_group_metadata() if consumer.memberid() else None
         except (KafkaException, RuntimeError):   # closed by a rebuild meanwhile
-            return None
+            self._group = None
 
     # -- partitions set aside -----------------------------------------------------------------
 

@@ -16,13 +16,14 @@ Fencing a previous owner (KIP-447). Each transaction sends the resume offsets of
 partitions to the group with the consumer's group metadata (:meth:`WorkerTransactions.commit`),
 after its records are all delivered: the group coordinator refuses them once the worker is no
 longer a member of the group's generation, and the transaction aborts. The metadata is the
-consumer's as the offsets are sent, not as the batch was consumed: a rebalance that moves
-other partitions bumps the generation under commits in flight, and a stale one would abort
-them all. A blank member id (the client resets it when its session is lost) is refused
-here, since the coordinator does not check a blank generation. A previous owner that sent
-its offsets and froze before its commit, or whose partition was revoked while its commit was
-in flight, is not stopped by that: the new owner waits for the open transactions on its
-partitions' outputs and checkpoints to end, and fences their writers by id after
+latest the data path noted (after each consume and at the start of each rebalance callback),
+not that of the batch's consume: a rebalance bumps the generation under commits in flight,
+and a stale one would abort them all. A blank member id (the client resets it when its
+session is lost) is refused here, since the coordinator does not check a blank generation.
+A previous owner that sent its offsets and froze before its commit, or whose partition was
+revoked while its commit was in flight, is not stopped by that: the new owner waits for the
+open transactions on its partitions' outputs and checkpoints to end, and fences their writers
+by id after
 :data:`router.fencing.FENCE_GRACE_S` (router.fencing), before it reads anything back.
 
 Failures: a retriable commit error (a timeout) is retried; one that requires an abort aborts,
@@ -400,8 +401,8 @@ class WorkerTransactions:
                group: Callable[[], bytes | None], timeout_s: float) -> RouterError | None:
         """In the slot's commit thread: wait for its output and check it (router
         .output_writer.Sent.check), send the partitions' resume offsets to the group with
-        ``group()`` (the consumer's group metadata now; None: not a member), commit. Return
-        why it failed (after aborting), or None."""
+        ``group()`` (the consumer's group metadata as the data path last noted it; None: not a
+        member), commit. Return why it failed (after aborting), or None."""
         name = f"partitions {', '.join(f'{r}/{p}' for r, p in keys)}"
         try:
             if sent is not None:
@@ -496,7 +497,7 @@ class BatchWrite:
     ckpt_topic: str
     ckpts: list[Checkpoint]
     keys: set[PartitionKey]
-    group: Callable[[], bytes | None]   # the consumer's group metadata (None: not a member)
+    group: Callable[[], bytes | None]   # the group metadata last noted (None: not a member)
 
 
 def write_batch(txn: WorkerTransactions, batch: BatchWrite, queued: bool,

@@ -148,6 +148,9 @@ class WorkerTransactions:
         # settled (:meth:`release`); the commit of a slot covers its bound partitions.
         self.bound: dict[PartitionKey, Slot] = {}
         self.planned: dict[PartitionKey, int] = {}   # :meth:`plan`
+        # Slots given up (:meth:`replace`, :meth:`reset`) whose transaction may still be open:
+        # the next :meth:`start` starts them again, which aborts it, led partitions or not.
+        self.to_restart: set[int] = set()
         self.leaders: dict[tuple[str, int], int] = {}   # (output topic, partition) -> broker
         self.pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="txn-commit")
         self.background = ThreadPoolExecutor(1, thread_name_prefix="txn-leaders")
@@ -169,8 +172,8 @@ class WorkerTransactions:
         restarted with its instance id), so call it before reading anything back."""
         if not self.leaders:
             self._ask_leaders()
-        todo = sorted({slot_of_broker(b) for b in self.leaders.values()} - set(self.slots)) \
-            or ([0] if not self.slots else [])
+        todo = sorted(({slot_of_broker(b) for b in self.leaders.values()} | self.to_restart)
+                      - set(self.slots)) or ([0] if not self.slots else [])
         if not todo:
             return
         with ThreadPoolExecutor(len(todo), thread_name_prefix="txn-start") as starts:
@@ -184,6 +187,7 @@ class WorkerTransactions:
                     producer.purge(in_queue=True, in_flight=True, blocking=False)
         if errors:
             raise errors[0]
+        self.to_restart -= set(todo)
         log.info("transactional producers started: slots %s", sorted(self.slots))
 
     def _start(self, index: int) -> tuple[Producer, Exception | None]:
@@ -263,6 +267,7 @@ class WorkerTransactions:
         slot = self.bound.pop(key, None)
         if slot is not None and self.slots.get(slot.index) is slot:
             del self.slots[slot.index]
+            self.to_restart.add(slot.index)
 
     def reset(self) -> None:
         """Forget every producer (the worker is rebuilding its clients): what they still hold
@@ -271,6 +276,7 @@ class WorkerTransactions:
         for slot in self.slots.values():
             with contextlib.suppress(KafkaException, RuntimeError):
                 slot.producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self.to_restart |= set(self.slots)
         self.slots.clear()
         self.bound.clear()
 
@@ -332,6 +338,7 @@ class WorkerTransactions:
                 producer.purge(in_queue=True, in_flight=True, blocking=False)
             raise error
         self.slots[index] = Slot(index, producer)
+        self.to_restart.discard(index)
 
     def producer_of(self, topic: str, partition: int) -> Producer:
         """The producer a record of ``topic`` (output, dead letter, shadow) of ``partition``

@@ -82,3 +82,16 @@ def test_a_leader_move_during_a_batch_does_not_move_a_planned_partition() -> Non
     txn.leaders[("r.out", 1)] = 1   # refreshed in the background, after the batch's plan
     txn.begin([("r", 1)])
     assert txn.bound[("r", 1)].index == 2
+
+
+def test_a_slot_given_up_is_started_again_though_no_partition_maps_to_it_now() -> None:
+    """Its transaction may still be open: only a start with its id aborts it."""
+    txn = worker({0: 1, 1: 2})
+    txn.plan([("r", 0), ("r", 1)])
+    txn.begin([("r", 0)])
+    txn.replace(("r", 0))
+    assert 1 not in txn.slots
+    assert txn.to_restart == {1}
+    txn.leaders[("r.out", 0)] = 2   # its leader moved meanwhile
+    txn.reset()
+    assert txn.to_restart == {1, 2}

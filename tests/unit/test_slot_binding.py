@@ -20,6 +20,9 @@ class StandInProducer:
     def begin_transaction(self) -> None:
         self.begun += 1
 
+    def purge(self, in_queue: bool, in_flight: bool, blocking: bool) -> None:
+        pass
+
 
 def worker(leaders: dict[int, int]) -> WorkerTransactions:
     """A worker of route ``r`` (output ``r.out``) whose output partitions have ``leaders``

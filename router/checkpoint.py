@@ -13,6 +13,8 @@ an aborted batch's checkpoint is never read, a committed one comes with all its 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -56,21 +58,25 @@ def checkpoint_key(route: str, partition: int) -> bytes:
     return f"{route}/{partition}".encode()
 
 
-def read_checkpoints(conf: dict[str, Any], topic: str,
-                     wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Checkpoint]:
-    """The newest checkpoint of each wanted (route, partition): highest ownership generation,
-    then highest seq, then last written."""
+def _checkpoints_of(conf: dict[str, Any], topic: str, wanted: set[tuple[str, int]]
+                    ) -> Iterator[tuple[tuple[str, int], Checkpoint]]:
+    """Every committed checkpoint of the wanted (route, partition)s, in the topic's order."""
     keys = {checkpoint_key(r, p): (r, p) for r, p in wanted}
-    out: dict[tuple[str, int], Checkpoint] = {}
     for msg in read_to_end(conf, topic):
         rp = keys.get(msg.key() or b"")
         value = msg.value()
         if rp is None or value is None:
             continue
-        try:
-            ck = Checkpoint.model_validate_json(value)
-        except ValidationError:
-            continue
+        with contextlib.suppress(ValidationError):
+            yield rp, Checkpoint.model_validate_json(value)
+
+
+def read_checkpoints(conf: dict[str, Any], topic: str,
+                     wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Checkpoint]:
+    """The newest checkpoint of each wanted (route, partition): highest ownership generation,
+    then highest seq, then last written."""
+    out: dict[tuple[str, int], Checkpoint] = {}
+    for rp, ck in _checkpoints_of(conf, topic, wanted):
         held = out.get(rp)
         if held is None or (ck.owner_gen, ck.seq) >= (held.owner_gen, held.seq):
             out[rp] = ck
@@ -82,18 +88,7 @@ def last_written(conf: dict[str, Any], topic: str,
     """The last committed checkpoint of each wanted (route, partition) in the topic's order,
     whoever wrote it: a worker that wrote the partition after another wrote it later in the
     log, whatever the ownership generations say."""
-    keys = {checkpoint_key(r, p): (r, p) for r, p in wanted}
-    out: dict[tuple[str, int], Checkpoint] = {}
-    for msg in read_to_end(conf, topic):
-        rp = keys.get(msg.key() or b"")
-        value = msg.value()
-        if rp is None or value is None:
-            continue
-        try:
-            out[rp] = Checkpoint.model_validate_json(value)
-        except ValidationError:
-            continue
-    return out
+    return dict(_checkpoints_of(conf, topic, wanted))
 
 
 def produce_checkpoint(producer: Producer, topic: str, ck: Checkpoint) -> None:

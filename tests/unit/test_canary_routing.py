@@ -17,13 +17,20 @@ from itertools import pairwise
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rule_support import SetStore
-from test_properties import FAR, POISON, POISON_T, TOLERANCE, WRITTEN, Item, version_delivery
+from test_properties import (
+    FAR,
+    POISON,
+    POISON_T,
+    WRITTEN,
+    Item,
+    new_router,
+    version_delivery,
+)
 
 from cutover.key_bucket import BUCKETS, key_bucket
 from cutover.key_primary import KeyRule
 from cutover.plan import CutoverPlan
 from router.decision import Decision, Incoming, Outcome, PartitionRouter, PartitionSnapshot
-from router.identity import identity_function
 
 KEYLESS = 0  # key index 0 stands for a record without a key
 # shares that split k1..k6 (buckets 573, 4547, 4656, 8591, 8592, 9966) every way, and others
@@ -103,13 +110,6 @@ def events_of(sc: dict) -> list[Incoming | CutoverPlan]:
     events.append(Incoming("blue", None, FAR, heartbeat=True))
     events.append(Incoming("green", None, FAR, heartbeat=True))
     return events
-
-
-def new_router(sc: dict, store: set | None = None) -> PartitionRouter:
-    return PartitionRouter(0, identity=identity_function(sc["identity"]),
-                           store=store if store is not None else SetStore(),
-                           retention_ms=FAR, ordered=sc["ordered"], max_held=10**6,
-                           future_tolerance_ms=TOLERANCE)
 
 
 def step(r: PartitionRouter, ev: Incoming | CutoverPlan) -> list[Decision]:

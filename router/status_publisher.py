@@ -405,7 +405,7 @@ def render_metrics(statuses: list[RouteStatus], m: _MetricsSnapshot, worker: str
     metric("build_info")
     lines.append(f'cutover_build_info{{version="{_package_version("cutover-streams")}",'
                  f'python="{platform.python_version()}",'
-                 f'confluent_kafka="{confluent_kafka.version()[0]}",'
+                 f'confluent_kafka="{confluent_kafka.version()}",'
                  f'librdkafka="{confluent_kafka.libversion()[0]}",worker="{worker}"}} 1')
     totals = {s.route: m.totals.get(s.route, {}) for s in statuses}
 

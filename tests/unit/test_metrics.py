@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import confluent_kafka
 from rule_support import SetStore, make_plan
 
 from cutover.plan import CutoverPlan, PlanRejected
@@ -155,3 +156,5 @@ def test_every_line_is_prometheus_text_and_every_declared_family_is_exported() -
         assert (kind == "counter") == name.endswith("_total"), name
         assert not name.endswith("_ms") or "deprecated" in METRICS[name[8:]][1], name
     assert re.search(r'^cutover_build_info\{version="[^"]+",.*\} 1$', text, re.M)
+    # the client's whole version (version() gives it as a string), not its first character
+    assert f'confluent_kafka="{confluent_kafka.version()}"' in text

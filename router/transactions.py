@@ -221,6 +221,7 @@ class WorkerTransactions:
         topics = sorted(set(self.output_of.values()))
         probe = next(iter(self.slots.values())).producer if self.slots else None
         owner = probe or Producer(client_conf(self.settings, "producer"))
+        leaders = dict(self.leaders)
         try:
             for topic in topics:
                 for attempt in range(1, LEADER_ASKS + 1):
@@ -234,10 +235,12 @@ class WorkerTransactions:
                 if meta is None or topic not in meta.topics:
                     continue
                 for p, pm in meta.topics[topic].partitions.items():
-                    self.leaders[(topic, p)] = pm.leader
+                    leaders[(topic, p)] = pm.leader
         finally:
             if probe is None:
                 owner.flush(0)
+        # one assignment: the data path reads the map while a refresh runs in the background
+        self.leaders = leaders
 
     def refresh_leaders(self, keys: Iterable[PartitionKey], timeout_s: float) -> None:
         """Ask for the output topics' leaders again, in the background: after a broker froze or

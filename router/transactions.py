@@ -539,6 +539,11 @@ def write_batch(txn: WorkerTransactions, batch: BatchWrite, queued: bool,
                                                for k in keys}.values()])
     except (KafkaException, OutputWriteFailed, FailpointHit, BatchAborted) as exc:
         log.warning("batch aborted before its commit (%s)", exc)
+        if is_fenced(exc):
+            # a producer fenced (or failed fatally) before its transaction began: nothing of it
+            # can be aborted or begun again; the worker rejoins and starts its producers anew
+            txn.abort(keys)
+            return Failed(set(), set(keys))
         fenced = txn.abort(keys)
         return Failed(keys - fenced, fenced)
     written = {} if sent is None else \

@@ -347,29 +347,6 @@ def reader_conf(conf: dict[str, Any]) -> dict[str, Any]:
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20}
 
 
-def wait_stable(conf: dict[str, Any], topic: str, timeout: float = 15.0) -> bool:
-    """Wait until no transaction that was open at the call holds back a read_committed read of
-    ``topic`` (each partition's last stable offset reaches its end as it was then); False after
-    ``timeout``. A read_committed read stops at the last stable offset: without this wait, a
-    record committed after another writer's open transaction would not be read."""
-    n = partitions_of(conf, topic) or 0
-    everything = Consumer({**reader_conf(conf), "isolation.level": "read_uncommitted"})
-    committed = Consumer(reader_conf(conf))
-    try:
-        ends = {p: offsets_range(everything, TopicPartition(topic, p))[1] for p in range(n)}
-        deadline = time.monotonic() + timeout
-        while True:
-            if all(offsets_range(committed, TopicPartition(topic, p))[1] >= end
-                   for p, end in ends.items()):
-                return True
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-    finally:
-        everything.close()
-        committed.close()
-
-
 def read_to_end(conf: dict[str, Any], topic: str, partitions: dict[int, int] | None = None,
                 timeout: float = 60.0, batch: int = 5000) -> Iterator[DataMessage]:
     """Yield every record of the given partitions (partition -> start offset; all partitions

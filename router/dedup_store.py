@@ -56,7 +56,7 @@ from router.dedup_filter import (
     words_for,
 )
 from router.identity import IDENTITY_BYTES
-from router.store_memory import StoreMemory
+from router.store_memory import ARENA_BLOCK_BYTES, StoreMemory
 
 FORMAT_MARKER = b"cutover-dedup-store/2"
 _EARLIER_FORMATS = (b"cutover-dedup-store/1",)
@@ -98,6 +98,7 @@ def _options(settings: DedupSettings, memory: StoreMemory) -> Options:
     opts.create_if_missing(True)
     opts.set_write_buffer_size(settings.write_buffer_bytes)
     opts.set_max_write_buffer_number(2)
+    opts.set_arena_block_size(ARENA_BLOCK_BYTES)   # router.store_memory says why
     opts.set_max_background_jobs(2)
     opts.set_write_buffer_manager(memory.write_buffers)
     table = BlockBasedOptions()

@@ -74,6 +74,45 @@ def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, De
     return last
 
 
+@dataclass(frozen=True)
+class ForeignRead:
+    """An output partition to read past the end its worker knew
+    (:meth:`OutputWriter._absorb_foreign`). ``ours``: bg.src -> how many of those records
+    this worker delivered since ``start``; ``end``: the end the probe saw (with transactions,
+    the last stable offset: it counts transaction markers and aborted records, which a
+    read_committed read does not return)."""
+
+    owned: Owned
+    start: int
+    ours: dict[bytes, int]
+    end: int = 0
+
+
+class _Absorbing:
+    """What the read of one :class:`ForeignRead` found so far."""
+
+    def __init__(self, read: ForeignRead) -> None:
+        self.read = read
+        self.rb = ReadBack(end=read.start)
+        self.resume, _ = read.owned.durability.resume_point(read.owned.held_refs())
+        self.foreign: dict[bytes | None, tuple[str, int] | None] = {}
+        self.found = Identities()
+        self.twice = 0   # second copies of a record in the output
+
+    def take(self, msg: DataMessage) -> None:
+        ours = self.read.ours
+        src_raw = next((v for k, v in msg.headers() or () if k == SRC), b"")
+        if src_raw is not None and ours.get(src_raw, 0) > 0:  # None: bg.src with no value
+            ours[src_raw] -= 1   # one of ours
+            return
+        src = note(self.rb, msg, self.resume, self.read.owned.route.identity, self.found)
+        if src_raw in self.foreign or src_raw in ours:
+            self.twice += 1
+        self.foreign[src_raw] = src
+        if src is not None:
+            self.read.owned.durability.note_foreign(src, msg.offset(), self.resume)
+
+
 class OutputWriter:
     """Writes the batches of the partitions this worker owns."""
 
@@ -229,49 +268,58 @@ class OutputWriter:
             return set()
         tps = [TopicPartition(o.route.settings.output, o.partition) for o in writing]
         ends, unanswered = end_offsets_each(self.probe, tps, self.attempt_s)
+        past: list[ForeignRead] = []
         for owned, tp in zip(writing, tps, strict=True):
             latest = ends.get((tp.topic, tp.partition))
             if latest is not None and latest > owned.durability.known_end:
-                self._absorb_foreign(owned, owned.durability.known_end, ours={}, end=latest)
+                past.append(ForeignRead(owned, owned.durability.known_end, {}, latest))
+        if past:
+            self._absorb_foreign(past)
         self.checked_every = self.checked_every or every
         missing = {(tp.topic, tp.partition) for tp in unanswered}
         return {(o.route.settings.name, o.partition) for o, tp in zip(writing, tps, strict=True)
                 if (tp.topic, tp.partition) in missing}
 
-    def _absorb_foreign(self, owned: Owned, start: int, ours: dict[bytes, int],
-                        end: int = 0) -> None:
-        """Read output ``owned.partition`` from ``start`` to its end and take in every record
-        not in ``ours`` (bg.src -> how many of them this worker delivered since ``start``):
-        skip set, dedup store, readback bound; drop queued outputs they already cover.
-        ``end``: the end the probe saw (with transactions, the last stable offset: it counts
-        transaction markers and aborted records, which a read_committed read does not
-        return)."""
+    def _absorb_foreign(self, reads: list[ForeignRead]) -> None:
+        """Read each output partition of ``reads`` from its start to its end and take in every
+        record not its worker's own: skip set, dedup store, readback bound; drop queued
+        outputs they already cover. The partitions of one output topic are read by one
+        consumer together: a takeover checks every partition it owns at once
+        (:meth:`fence_foreign_writes` with ``every``), and read one after the other, a few
+        hundred partitions took seconds."""
+        rounds: list[dict[tuple[str, int], _Absorbing]] = []
+        for read in reads:
+            dest = (read.owned.route.settings.output, read.owned.partition)
+            free = next((r for r in rounds if dest not in r), None)
+            if free is None:
+                rounds.append(free := {})
+            free[dest] = _Absorbing(read)
+        for absorbing in rounds:
+            by_topic: dict[str, dict[int, _Absorbing]] = {}
+            for (topic, p), a in absorbing.items():
+                by_topic.setdefault(topic, {})[p] = a
+            for topic, parts in by_topic.items():
+                for msg in read_to_end(self.conf, topic,
+                                       {p: a.read.start for p, a in parts.items()}):
+                    parts[msg.partition()].take(msg)
+            for a in absorbing.values():
+                self._absorbed(a)
+
+    def _absorbed(self, a: _Absorbing) -> None:
+        """What one output partition's read found: written to the store, queued outputs it
+        covers dropped, reported."""
+        owned, start, ours, end = a.read.owned, a.read.start, a.read.ours, a.read.end
         rs = owned.route.settings
         p = owned.partition
         dur = owned.durability
-        rb = ReadBack(end=start)
-        resume, _ = dur.resume_point(owned.held_refs())
-        foreign: dict[bytes | None, tuple[str, int] | None] = {}
-        found = Identities()
-        twice = 0
-        for msg in read_to_end(self.conf, rs.output, {p: start}):
-            src_raw = next((v for k, v in msg.headers() or () if k == SRC), b"")
-            if src_raw is not None and ours.get(src_raw, 0) > 0:  # None: bg.src with no value
-                ours[src_raw] -= 1   # one of ours
-                continue
-            src = note(rb, msg, resume, owned.route.identity, found)
-            if src_raw in foreign or src_raw in ours:
-                twice += 1           # a second copy of a record is in the output
-            foreign[src_raw] = src
-            if src is not None:
-                dur.note_foreign(src, msg.offset(), resume)
+        foreign, resume = a.foreign, a.resume
         # Their identities are written now (the next checkpoint may read back from past them),
         # apart from the open batch's, which stay buffered until it is delivered
         # (router.batch_end.flush_store). Written with them, the store held
         # identities of records never forwarded after an abort or a crash before delivery; it
         # is trusted one checkpoint behind (router.takeover), so their replay found them and
         # suppressed them as duplicates.
-        owned.store.write_now(found)
+        owned.store.write_now(a.found)
         dropped: set[bytes] = set()
         if foreign and dur.queued:
             keep: list[Output] = []
@@ -290,14 +338,14 @@ class OutputWriter:
         # if it forwarded them, they are in the output twice.
         passed = sum(1 for raw, src in foreign.items() if raw not in dropped and raw not in ours
                      and src is not None and src[1] < resume.get(src[0], 0))
-        dur.absorbed(max(rb.end, start, end), len(dropped))
+        dur.absorbed(max(a.rb.end, start, end), len(dropped))
         if not foreign:
             return  # only transaction markers or aborted records past the known end
-        report = log.error if twice or passed else log.warning
+        report = log.error if a.twice or passed else log.warning
         report("output %s:%d: %d records from another writer (a previous owner that had not yet "
                "noticed losing the partition) at offsets %d..%d; %d queued outputs they cover "
                "were dropped; %d are certainly and %d possibly in the output twice",
-               rs.output, p, len(foreign), start, dur.known_end - 1, len(dropped), twice,
+               rs.output, p, len(foreign), start, dur.known_end - 1, len(dropped), a.twice,
                passed)
 
     # -- producing ----------------------------------------------------------------------------
@@ -353,14 +401,13 @@ class OutputWriter:
                                     "checkpoint")
         for owned in sent.writing:
             dur = owned.durability
-            start = dur.known_end
             if not dur.take_delivery():
                 out, part = owned.route.settings.output, owned.partition
                 ours: dict[bytes, int] = {}
                 for topic, p, _key, _value, _headers, src in sent.batch:
                     if topic == out and p == part and src is not None:
                         ours[src] = ours.get(src, 0) + 1
-                self._absorb_foreign(owned, start, ours)
+                self._absorb_foreign([ForeignRead(owned, dur.known_end, ours)])
             dur.settle_delivery()
 
 

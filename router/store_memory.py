@@ -14,7 +14,12 @@ store of a worker shares:
   by stores that are not written (a quiet partition's memtable is flushed by nothing), that is
   for good, a worker alive and idle. So the manager never stalls, and the worker flushes the
   largest memtables of all its stores itself once they pass three quarters of the budget
-  (:meth:`StoreMemory.relieve`);
+  (:meth:`StoreMemory.relieve`). A memtable takes its memory in arena blocks, and holds
+  one from the moment it is created: RocksDB's default block (an eighth of the memtable bound,
+  1 MiB at the default 8 MiB) made a worker's empty memtables alone pass the threshold at a few
+  dozen partitions, and every write flushed memtables holding nothing (a takeover of 256
+  partitions spent seconds on it). So a block is :data:`ARENA_BLOCK_BYTES`, and a memtable
+  holding no more than one block is never flushed;
 * one budget for the front filters (``store_memory.filter_bytes``): a filter bucket is sized
   for the identities its store is seeing (router.dedup_filter.words_for) and takes its words
   from this budget; once the budget is spent a new or regrown bucket gets what is left (at
@@ -36,6 +41,10 @@ from rocksdict import Cache, WriteBufferManager
 from cutover.settings import StoreMemorySettings
 from router.dedup_filter import MIN_WORDS, floor_pow2
 from router.status_publisher import family_header
+
+# The arena block of every store's memtable: what an empty memtable holds. 1,000 partitions'
+# empty memtables stay under half the default store_memory.write_buffer_bytes.
+ARENA_BLOCK_BYTES = 32 * 1024
 
 
 @dataclass
@@ -102,8 +111,10 @@ class StoreMemory:
     def relieve(self) -> int:
         """Once the memtables of all the stores pass three quarters of
         ``store_memory.write_buffer_bytes``, flush the largest (in the background) until what
-        is left is under half of it; returns how many were flushed. Called after every write
-        of a store, from the thread that wrote (cheap below the threshold: one counter read)."""
+        is left is under half of it; returns how many were flushed. A memtable of one arena
+        block holds next to nothing, and flushing it frees nothing: it is left alone. Called
+        after every write of a store, from the thread that wrote (cheap below the threshold:
+        one counter read)."""
         budget = self.settings.write_buffer_bytes
         used = self.write_buffers.get_usage()
         if used <= budget * 3 // 4:
@@ -114,7 +125,7 @@ class StoreMemory:
                            reverse=True)
             over = used - budget // 2
             for size, k in sizes:
-                if over <= 0 or size == 0:
+                if over <= 0 or size <= ARENA_BLOCK_BYTES:
                     break
                 self._stores[k].flush_memtable()
                 over -= size

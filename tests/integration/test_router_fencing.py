@@ -26,7 +26,9 @@ def test_zombie_write_after_readback_is_not_forwarded_again(broker: BrokerUnderT
     """Without transactions the batch's output is queued, and the check before producing it
     drops the queued records the zombie's cover; with them each partition's output is produced
     as decided, so the check runs before the partition's first record of the batch is decided
-    and the zombie's records are duplicates when their raw records come."""
+    and the zombie's records are duplicates when their raw records come. The zombie wrote to
+    both output partitions: the check reads them together, and tells each one's records
+    apart."""
     if transactions == "on" and broker.kind == "tansu":
         pytest.skip("transactions are off on Tansu")
     bootstrap = broker.bootstrap
@@ -39,24 +41,28 @@ def test_zombie_write_after_readback_is_not_forwarded_again(broker: BrokerUnderT
         blue.emit(events(0, 200))
         env.wait_output(200)
         # The next micro-batch, as the owner would forward it. A stalled previous owner writes
-        # the first 40 records of partition 0 into the output now, after this owner's
-        # read-back and before the raw records reach it.
+        # the first 40 records of partition 0 and 30 of partition 1 into the output now, after
+        # this owner's read-back and before the raw records reach it.
         nxt = events(200, 400)
-        raw_end = end_offsets(bootstrap, env.inputs[0])[0]
+        raw_ends = end_offsets(bootstrap, env.inputs[0])
         zombie = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
         wm = blue.watermark
-        for i, e in enumerate([e for e in nxt if e.i % 2 == 0][:40]):
-            hdrs = TaggedRecord(version="blue", event_time=e.t, watermark=wm,
-                                batch=blue.batch).to_headers()
-            hdrs.append((SRC, f"{env.inputs[0]}:0:{raw_end + i}".encode()))
-            zombie.produce(env.output, blue.value(e), e.key, partition=0, headers=hdrs)
+        for p, n in ((0, 40), (1, 30)):
+            for i, e in enumerate([e for e in nxt if e.i % 2 == p][:n]):
+                hdrs = TaggedRecord(version="blue", event_time=e.t, watermark=wm,
+                                    batch=blue.batch).to_headers()
+                hdrs.append((SRC, f"{env.inputs[0]}:{p}:{raw_ends[p] + i}".encode()))
+                zombie.produce(env.output, blue.value(e), e.key, partition=p, headers=hdrs)
         assert zombie.flush(10) == 0
         blue.emit(nxt)
         env.wait_output(400)
         check_output(env, events(0, 400), lambda p, t: "blue")
-        assert "40 records from another writer" in router.text(), router.text()[-3000:]
-        dropped = 40 if transactions == "off" else 0
-        assert f"{dropped} queued outputs they cover were dropped" in router.text()
+        text = router.text()
+        for p, n in ((0, 40), (1, 30)):
+            dropped = n if transactions == "off" else 0
+            assert f"output {env.output}:{p}: {n} records from another writer" in text, \
+                text[-3000:]
+            assert f"{dropped} queued outputs they cover were dropped" in text
         router.assert_alive()
     finally:
         router.stop()

@@ -322,3 +322,25 @@ def test_the_shared_memtables_and_block_cache_are_shown_and_stay_within_their_se
     assert int(shown["cutover_store_block_cache_bytes"]) == memory.block_cache.get_usage()
     for store in stores:
         store.close()
+
+
+def test_many_quiet_stores_of_a_worker_are_not_flushed_for_holding_nothing(
+        tmp_path: Path) -> None:
+    """A worker of a few hundred partitions writes a few identities to each store per batch.
+    Their empty memtables alone stay far below the worker's write-buffer budget, so no write
+    flushes a memtable: RocksDB's default arena block (1 MiB per memtable) passed the budget at
+    a few dozen stores, and every write flushed memtables holding next to nothing."""
+    memory = StoreMemory()
+    stores = [DedupStore(tmp_path / f"p{i}", memory=memory) for i in range(256)]
+    added = ids(256 * 20 * 3)
+    for batch in range(3):
+        for i, store in enumerate(stores):
+            start = (batch * 256 + i) * 20
+            for ident, t in added[start:start + 20]:
+                store.add(ident, t)
+            store.flush()
+    assert memory.memtable_flushes == 0
+    assert memory.write_buffers.get_usage() < memory.settings.write_buffer_bytes // 2
+    assert all(ident in stores[7] for ident, _ in added[7 * 20:8 * 20])
+    for store in stores:
+        store.close()

@@ -265,13 +265,15 @@ class BatchEnd:
             del self.in_flight[key]
         stuck = self._give_up_stuck()
         failed = Failed(set(stuck), set())
+        told: set[int] = set()   # a slot's error is every one of its partitions': said once
         for key, f in done.items():
             error = None if f.commit is None else f.commit.result()
+            if isinstance(error, BatchAborted | ProducerFenced) and id(error) not in told:
+                told.add(id(error))
+                (log.warning if isinstance(error, BatchAborted) else log.error)("%s", error)
             if isinstance(error, BatchAborted):
-                log.warning("%s", error)
                 failed.aborted.add(key)
             elif isinstance(error, ProducerFenced):
-                log.error("%s", error)
                 failed.fenced.add(key)
             elif f.written:
                 f.owned.durability.committed()

@@ -94,11 +94,14 @@ def client_conf(settings: RouterSettings, role: str = "consumer", **extra: Any) 
 SESSION_TIMEOUT_MS = 6000
 
 
-# The data consumer's prefetch: a large local queue, and a short pause when it is full.
-# librdkafka (2.x) pauses a partition's fetching for ``fetch.queue.backoff.ms`` (1 s by
-# default) once its queue passes the thresholds; a router catching up on a backlog drains its
-# queue in a fraction of that and would sit idle for the rest (docs/decisions/011).
-PREFETCH = {"queued.max.messages.kbytes": 262144, "fetch.queue.backoff.ms": 20}
+# The data consumer's prefetch: a short pause when the local queue is full, and a bound on
+# it per worker. librdkafka (2.x) pauses a partition's fetching for ``fetch.queue.backoff.ms``
+# (1 s by default) once its queue passes the thresholds; a router catching up on a backlog
+# drains its queue in a fraction of that and would sit idle for the rest (docs/decisions/011).
+# The queue and one fetch (50 MiB by default) are what the prefetch holds, whatever the
+# number of partitions (docs/decisions/021).
+PREFETCH = {"queued.max.messages.kbytes": 32 * 1024, "fetch.queue.backoff.ms": 20,
+            "fetch.max.bytes": 16 * 1024 * 1024}
 
 
 COOPERATIVE = "cooperative-sticky"

@@ -27,9 +27,10 @@ by id after
 :data:`router.fencing.FENCE_GRACE_S` (router.fencing), before it reads anything back.
 
 Failures: a retriable commit error (a timeout) is retried; one that requires an abort aborts,
-and the slot's partitions are replayed from their checkpoints (:class:`BatchAborted`); a fenced
-producer or refused offsets (:class:`ProducerFenced`) mean the partitions have a newer owner:
-the worker gives its partitions up and rejoins the group.
+and the slot's partitions are replayed from their checkpoints (:class:`BatchAborted`), as are
+offsets refused for a generation the group has moved past; a fenced producer or instance id
+(:class:`ProducerFenced`) means the partitions have a newer owner: the worker gives its
+partitions up and rejoins the group.
 """
 
 from __future__ import annotations
@@ -90,10 +91,13 @@ LINGER_MS = 25
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                      KafkaError.INVALID_PRODUCER_EPOCH,
                      KafkaError.TRANSACTION_COORDINATOR_FENCED})
-# The group coordinator's refusals of a transaction's offsets: the worker's generation or
-# membership is no longer the group's, so its partitions may have a newer owner (KIP-447).
-_REFUSED_OFFSETS = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID,
-                              KafkaError.FENCED_INSTANCE_ID})
+# The group coordinator's refusals of a transaction's offsets (KIP-447). Another process with
+# this worker's instance id: fenced, the worker rejoins. A generation or member id the group
+# no longer has: the batch aborts and its partitions are replayed from their checkpoints,
+# since a rebalance bumps the generation under the commits of partitions that stay (a
+# partition that moved is then revoked, parked or lost in the data path's next consume, and
+# not replayed).
+_FENCED_MEMBER = frozenset({KafkaError.FENCED_INSTANCE_ID})
 
 
 def transactions_on(settings: RouterSettings) -> bool:
@@ -120,7 +124,7 @@ def slot_of_broker(broker: int) -> int:
 def is_fenced(exc: BaseException) -> bool:
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return isinstance(err, KafkaError) and (
-        err.code() in _FENCED or err.code() in _REFUSED_OFFSETS or err.fatal())
+        err.code() in _FENCED or err.code() in _FENCED_MEMBER or err.fatal())
 
 
 @dataclass(eq=False)
@@ -427,8 +431,8 @@ class WorkerTransactions:
                 slot.producer.send_offsets_to_transaction(offsets, metadata, timeout_s)
         except (KafkaException, OutputWriteFailed, FailpointHit) as exc:
             message = f"{name}: {exc}; the batch was aborted"
-            refused = isinstance(exc, KafkaException) and is_fenced(exc)
-            if self._abort(slot) or refused:
+            fenced = isinstance(exc, KafkaException) and is_fenced(exc)
+            if self._abort(slot) or fenced:
                 return ProducerFenced(message)
             return BatchAborted(message)
         try:

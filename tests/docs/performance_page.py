@@ -226,9 +226,12 @@ def _sizing(rows: list[Section], checked: list[Section]) -> list[str]:
 
     meets = [r["partitions"] for r in sized if within(r)]
     out = ["", "### Sizing", "",
-           "From the rows above, with default settings (a worker's memory is set by the dedup "
-           "store's settings per owned partition: `dedup.filter_bytes`, "
-           "`dedup.block_cache_bytes`, `dedup.write_buffer_bytes`, see "
+           "From the rows above, with default settings. A worker's memory is set per worker, "
+           "not per partition: its dedup stores share `store_memory.block_cache_bytes`, "
+           "`store_memory.write_buffer_bytes` and `store_memory.filter_bytes`, and its data "
+           "consumer prefetches up to `queued.max.messages.kbytes` plus one fetch of "
+           "`fetch.max.bytes` (`kafka:` settings); what grows with the partitions is each "
+           "store's open RocksDB and its empty memtable (see "
            "[configuration.md](configuration.md)):", "",
            f"- memory per owned partition: {mb:.1f} MB of peak RSS (from {lo['rss_mb']:.0f} MB "
            f"at {lo['partitions']} partitions to {hi['rss_mb']:.0f} MB at "

@@ -10,14 +10,20 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 
+from cutover.settings import RouterSettings
+from cutover.topic_admin import create_topics
+from router.errors import BatchAborted
 from router.kafka_io import base_conf, read_to_end
+from router.transactions import Slot, WorkerTransactions
 from testground.brokers import BrokerUnderTest
 from tests.integration.harness import (
     Env,
@@ -274,3 +280,59 @@ def test_a_partition_set_aside_again_and_again_loses_and_doubles_nothing(
         router.assert_alive()
     finally:
         router.stop()
+
+
+def _join(bootstrap: str, group: str, topic: str, members: list[Consumer]) -> Consumer:
+    """A new member of ``group``; the members (``members`` and it) polled together until the
+    two partitions of ``topic`` are shared among them, one rebalance later."""
+    c = Consumer({**base_conf(bootstrap), "group.id": group, "enable.auto.commit": False,
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    c.subscribe([topic])
+    everyone = [*members, c]
+    deadline = time.monotonic() + 30
+    while not all(len(m.assignment()) == 2 // len(everyone) for m in everyone):
+        assert time.monotonic() < deadline, "no assignment within 30 s"
+        for m in everyone:
+            m.poll(0.1)
+    return c
+
+
+def test_offsets_refused_for_a_past_generation_abort_the_batch_without_fencing_the_producer(
+        broker: BrokerUnderTest) -> None:
+    """A rebalance moves the group's generation under a commit in flight: the coordinator
+    refuses its offsets (ILLEGAL_GENERATION, KIP-447). The batch aborts and is replayed; the
+    producer is not fenced, so the worker does not give up every partition and rejoin. Its next
+    transaction, with the group metadata of the new generation, commits."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    bootstrap, tag = broker.bootstrap, uuid.uuid4().hex[:8]
+    raw, out, group = f"refused-raw-{tag}", f"refused-out-{tag}", f"refused-{tag}"
+    create_topics(bootstrap, {raw: 2, out: 2})
+    first = _join(bootstrap, group, raw, [])
+    stale = first.consumer_group_metadata()
+    second = _join(bootstrap, group, raw, [first])   # a rebalance: a new generation
+    settings = RouterSettings.model_validate({
+        "bootstrap": bootstrap, "group_id": group,
+        "routes": [{"name": "r", "inputs": [raw], "output": out}]})
+    txn = WorkerTransactions(settings, {}, "w1")
+    producer = Producer({**base_conf(bootstrap), "transactional.id": f"{group}.w1.1"})
+    producer.init_transactions(30)
+    slot = Slot(1, producer)
+    mine = first.assignment()[0].partition
+    offsets = [TopicPartition(raw, mine, 1)]
+    try:
+        producer.begin_transaction()
+        producer.produce(out, b"aborted", partition=mine)
+        refused = txn.commit(slot, [("r", mine)], None, {}, offsets, lambda: stale, 30)
+        assert isinstance(refused, BatchAborted), refused
+        assert "ILLEGAL_GENERATION" in str(refused), refused
+        producer.begin_transaction()              # not fenced: the next batch goes on
+        producer.produce(out, b"committed", partition=mine)
+        fresh = first.consumer_group_metadata()
+        assert txn.commit(slot, [("r", mine)], None, {}, offsets, lambda: fresh, 30) is None
+        conf = {**base_conf(bootstrap), "isolation.level": "read_committed"}
+        assert [m.value() for m in read_to_end(conf, out)] == [b"committed"]
+    finally:
+        producer.flush(5)
+        first.close()
+        second.close()

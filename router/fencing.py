@@ -15,7 +15,9 @@ not fence the previous one by starting a producer. What stops a previous owner i
   writer's transactional ids aborts its open transaction, and the writer's next call fails
   as fenced. The writers are read from the checkpoints: those pending on the checkpoint topic
   for the partitions taken over, and the writer of each one's newest committed checkpoint
-  (a worker killed mid-batch has queued none yet).
+  (a worker killed mid-batch has queued none yet). When the group says that none of them is
+  a member any more (killed, or frozen past its session: :func:`may_be_members`), there is no
+  commit to wait for, and they are fenced at once.
 
 A writer that is neither (a partition's first owner, killed in its first batch) is ended by
 the broker after ``transaction.timeout.ms`` (docs/operations.md).
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from router.checkpoint import Checkpoint, checkpoint_key, read_checkpoints
@@ -45,6 +48,8 @@ FENCE_GRACE_S = 3.0
 # How long, after that, a takeover waits for them to end before it reads what is stable.
 SETTLE_S = 15.0
 FENCE_THREADS = 8
+# How long the group's coordinator is given to say who its members are.
+MEMBERS_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,25 @@ def fence(conf: dict[str, Any], transactional_ids: list[str]) -> None:
         list(pool.map(one, transactional_ids))
 
 
+def may_be_members(conf: dict[str, Any], group_id: str, writers: set[str]) -> bool:
+    """Whether one of ``writers`` (worker ids) may still be a member of the group, as its
+    coordinator answers now: False only when every member is static (its instance id is its
+    worker id: router.datapath) and none is one of them. A writer that left the group (killed,
+    or frozen past its session) commits nothing in the grace; one that is a member may be
+    committing its last batch, and fencing it would cost it a rejoin. Unknown (no answer, or a
+    member without an instance id, whose worker id the group does not show): True."""
+    admin = AdminClient(conf)
+    try:
+        group = admin.describe_consumer_groups(
+            [group_id], request_timeout=MEMBERS_TIMEOUT_S)[group_id].result(MEMBERS_TIMEOUT_S)
+    except KafkaException as exc:
+        log.info("the group's members were not answered (%s); waiting for the writers %s",
+                 exc, sorted(writers))
+        return True
+    ids = [m.group_instance_id for m in group.members]
+    return any(i is None or i in writers for i in ids)
+
+
 def end_open_transactions(conf: dict[str, Any], group_id: str, me: str, ckpt_topic: str,
                           outputs: dict[str, set[int]], keys: set[PartitionKey],
                           grace_s: float = FENCE_GRACE_S, settle_s: float = SETTLE_S) -> bool:
@@ -125,15 +149,22 @@ def end_open_transactions(conf: dict[str, Any], group_id: str, me: str, ckpt_top
     n = partitions_of(conf, ckpt_topic) or 0
     tps = [TopicPartition(ckpt_topic, p) for p in range(n)] + \
         [TopicPartition(t, p) for t, ps in sorted(outputs.items()) for p in sorted(ps)]
-    held = open_transactions(conf, tps, grace_s)
+    held = open_transactions(conf, tps, 0.0)
     if not held:
         return True
     writers = pending_writers(conf, ckpt_topic, held, keys)
     writers |= {ck.worker for ck in read_checkpoints(conf, ckpt_topic, keys).values()}
     writers.discard(me)
+    waited = 0.0
+    if not writers or may_be_members(conf, group_id, writers):
+        waited = grace_s
+        held = open_transactions(conf, [u.tp for u in held], grace_s)
+        if not held:
+            return True
     ids = [tid for w in sorted(writers) for tid in slot_ids(group_id, w)]
-    log.warning("open transactions hold back %s after %.1fs; fencing the writers %s",
-                [f"{u.tp.topic}:{u.tp.partition}" for u in held], grace_s, sorted(writers))
+    log.warning("open transactions hold back %s after %.1fs; fencing the writers %s%s",
+                [f"{u.tp.topic}:{u.tp.partition}" for u in held], waited, sorted(writers),
+                "" if waited else " (no longer members of the group)")
     if ids:
         fence(conf, ids)
     return not open_transactions(conf, [u.tp for u in held], settle_s)

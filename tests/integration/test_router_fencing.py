@@ -4,15 +4,20 @@ checkpoint of an older ownership generation never wins."""
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from cutover.headers import SRC, TaggedRecord
 from router.checkpoint import Checkpoint, read_checkpoints, write_checkpoints
 from router.decision import PartitionSnapshot
+from router.fencing import end_open_transactions, open_transactions
 from router.kafka_io import base_conf
+from router.transactions import slot_ids
 from testground.brokers import BrokerUnderTest, end_offsets
 from tests.integration.harness import Env, Job, RouterProcess, check_output, events
 
@@ -84,3 +89,52 @@ def test_late_checkpoint_of_an_older_owner_does_not_win(bootstrap: str,
     write_checkpoints(producer, topic, [ck(1, 6, 130)])
     got = read_checkpoints(base_conf(bootstrap), topic, {("r", 0)})[("r", 0)]
     assert (got.owner_gen, got.seq, got.offsets) == (2, 5, {"r.raw": 150})
+
+
+def _open_transaction(bootstrap: str, tid: str, topic: str) -> Producer:
+    """A writer that froze or died mid-batch: its transaction holds ``topic`` back, open."""
+    writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    writer.produce(topic, b"never committed", partition=0)
+    assert writer.flush(10) == 0
+    return writer
+
+
+def test_a_writer_that_left_the_group_is_fenced_at_once_and_a_member_after_the_grace(
+        broker: BrokerUnderTest, topic_factory: Callable[..., str]) -> None:
+    """A takeover finds a transaction open on its partition's output. The writer the
+    checkpoint names is no member of the group (killed, or frozen past its session): it
+    commits nothing in any grace, and is fenced at once. A writer that is still a member may
+    be committing its last batch: it is given the grace first."""
+    if broker.kind == "tansu":
+        pytest.skip("transactions are off on Tansu")
+    bootstrap = broker.bootstrap
+    raw, out = topic_factory("raw", partitions=1), topic_factory("out", partitions=1)
+    ckpts = topic_factory("ckpt", partitions=1, compacted=True)
+    group = f"fence-{uuid.uuid4().hex[:8]}"
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "group.instance.id": "w-alive", "session.timeout.ms": 6000})
+    member.subscribe([raw])
+    deadline = time.monotonic() + 30
+    while not member.assignment():
+        assert time.monotonic() < deadline, "the member did not join"
+        member.poll(0.2)
+    conf = base_conf(bootstrap)
+    try:
+        for writer_id, grace, fast in (("w-dead", 10.0, True), ("w-alive", 2.0, False)):
+            write_checkpoints(Producer({"bootstrap.servers": bootstrap}), ckpts, [Checkpoint(
+                route="r", partition=0, seq=1, offsets={raw: 0},
+                snapshot=PartitionSnapshot(partition=0), readback_from=0, rebuild_from=0,
+                worker=writer_id)])
+            writer = _open_transaction(bootstrap, slot_ids(group, writer_id)[1], out)
+            began = time.monotonic()
+            assert end_open_transactions(conf, group, "w-new", ckpts, {out: {0}}, {("r", 0)},
+                                         grace_s=grace, settle_s=10.0)
+            took = time.monotonic() - began
+            assert (took < grace) if fast else (took >= grace), (writer_id, took)
+            with pytest.raises(KafkaException):   # fenced: its transaction was aborted
+                writer.commit_transaction(10)
+            assert not open_transactions(conf, [TopicPartition(out, 0)], 0.0)
+    finally:
+        member.close()

@@ -125,8 +125,15 @@ class UserScramCredentialUpsertion(UserScramCredentialAlteration):
 class TopicDescription:
     authorized_operations: list[AclOperation] | None  # asked for, else None
 
+class MemberDescription:
+    member_id: str
+    client_id: str
+    host: str
+    group_instance_id: str | None   # a static member's, else None
+
 class ConsumerGroupDescription:
     coordinator: Node
+    members: list[MemberDescription]
     authorized_operations: list[AclOperation] | None  # asked for, else None
 
 class AdminClient:

@@ -40,10 +40,14 @@ BASE_T = 1_767_225_600_000
 
 ROUNDS = 5
 TXN_ROUNDS = 5
+MANY = 64                # partitions of the production-count run
+MANY_ROUNDS = 5
+MANY_EVENTS = 500_000    # 1M raw records: a run long enough at 64 partitions
 BATCH = 1000             # events per emulated micro-batch, each followed by heartbeats
 
 
-def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> int:
+def _fill(bootstrap: str, topic: str, events: int = EVENTS,
+          partitions: int = PARTITIONS) -> int:
     """What the tagger writes: each version's micro-batches of data, each batch followed by a
     heartbeat on every partition (the router's watermarks come from those)."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
@@ -65,11 +69,11 @@ def _fill(bootstrap: str, topic: str, events: int = EVENTS) -> int:
             hdrs = TaggedRecord(version=v, event_time=t, watermark=t - 1000,
                                 batch=batch).to_headers()
             value = b'{"order": %d, "amount": %d, "by": "%s"}' % (i, i % 997, v.encode())
-            send(value, b"k%d" % i, i % PARTITIONS, hdrs)
+            send(value, b"k%d" % i, i % partitions, hdrs)
             n += 1
             if (i + 1) % BATCH == 0:
                 beat = heartbeat_headers(v, t - 1000, batch)
-                for part in range(PARTITIONS):
+                for part in range(partitions):
                     send(b"", None, part, beat)
                     n += 1
     p.flush(60)
@@ -91,16 +95,17 @@ OUTPUT_PRODUCER = {"linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
                    "batch.num.messages": 10000}
 
 
-def _assigned(bootstrap: str, raw: str, group: str) -> Consumer:
+def _assigned(bootstrap: str, raw: str, group: str, partitions: int = PARTITIONS) -> Consumer:
     """A consumer of every raw partition from its start, prefetching as the router does."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                   "enable.auto.commit": False, **PREFETCH})
-    c.assign([TopicPartition(raw, p, 0) for p in range(PARTITIONS)])
+    c.assign([TopicPartition(raw, p, 0) for p in range(partitions)])
     return c
 
 
-def _passthrough(bootstrap: str, raw: str, out: str, total: int) -> Measured:
-    c = _assigned(bootstrap, raw, f"pt-{raw}")
+def _passthrough(bootstrap: str, raw: str, out: str, total: int,
+                 partitions: int = PARTITIONS) -> Measured:
+    c = _assigned(bootstrap, raw, f"pt-{raw}", partitions)
     p = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER})
     n = 0
     t0 = c0 = None
@@ -164,7 +169,7 @@ def whole_switch(boundary: int = BASE_T + EVENTS * 5) -> tuple[Segment, ...]:
 
 def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total: int,
             state: Path, transactions: str = "auto", compiled_path: bool = True,
-            segments: tuple[Segment, ...] | None = None) -> Measured:
+            segments: tuple[Segment, ...] | None = None, events: int = EVENTS) -> Measured:
     """The router's run; ``compiled_path`` False: the interpreted per-record loop
     (router.compiled); ``segments``: the plan's timeline (default :func:`whole_switch`)."""
     settings = parse_settings({
@@ -194,7 +199,7 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
 
     # from the first consumed records until every data record is decided (heartbeats are not
     # decisions) and that batch is durable
-    clock = RouterClock(engine, decided, 2 * EVENTS)
+    clock = RouterClock(engine, decided, 2 * events)
     th = threading.Thread(target=engine.run, daemon=True)
     th.start()
     t0, c0 = clock.started()
@@ -203,7 +208,7 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
     forwarded = sum(o.router.counters.forwarded for o in engine.owned.values())
     engine.stop()
     th.join(30)
-    assert forwarded == EVENTS
+    assert forwarded == events
     return done
 
 
@@ -295,6 +300,54 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
                                  "interpreted_ratio_rounds": [round(x, 3) for x in interpreted],
                                  "txn_floor_ratio_rounds": [round(x, 3) for x in floor],
                                  "faust_agent_ratio": round(agent / pt, 4)})
+    assert router > 0 and pt > 0
+
+
+def test_router_vs_passthrough_at_64_partitions(bootstrap: str, tmp_path: Path) -> None:
+    """The router against the pass-through loop at a production partition count (#33): data
+    of the same shape as :func:`test_router_vs_passthrough`'s, five times as much (a run of
+    200,000 records over 64 partitions is mostly its start), over 64 partitions, each batch
+    spread over all of them (so a batch commits 64 partitions' checkpoints), alternating
+    rounds."""
+    tag = f"many-{int(time.time())}"
+    raw, ctl, st = f"bench.raw-{tag}", f"ctl-{tag}", f"st-{tag}"
+    create_topics(bootstrap, {raw: MANY, ctl: 1, st: 1})
+    total = _fill(bootstrap, raw, MANY_EVENTS, partitions=MANY)
+    plan = whole_switch(BASE_T + MANY_EVENTS * 5)
+    warm = f"bench.out-{tag}-warm"
+    create_topics(bootstrap, {f"{warm}-pt": MANY, warm: MANY, f"{warm}.dlq": MANY})
+    _passthrough(bootstrap, raw, f"{warm}-pt", total, MANY)
+    _router(bootstrap, raw, warm, ctl, st, total, tmp_path / "state-warm", segments=plan,
+            events=MANY_EVENTS)
+    rounds: list[tuple[Measured, Measured]] = []
+    for r in range(MANY_ROUNDS):
+        o_pt, o_r = f"bench.out-{tag}-pt{r}", f"bench.out-{tag}-r{r}"
+        create_topics(bootstrap, {o_pt: MANY, o_r: MANY, f"{o_r}.dlq": MANY})
+        runs: dict[str, Callable[[], Measured]] = {
+            "pt": partial(_passthrough, bootstrap, raw, o_pt, total, MANY),
+            "router": partial(_router, bootstrap, raw, o_r, ctl, st, total,
+                              tmp_path / f"state-{r}", segments=plan, events=MANY_EVENTS)}
+        got = {name: runs[name]() for name in (runs if r % 2 == 0 else reversed(runs))}
+        shutil.rmtree(tmp_path / f"state-{r}", ignore_errors=True)
+        rounds.append((got["pt"], got["router"]))
+        print(f"\n{MANY} partitions, round {r + 1}: confluent pass-through loop "
+              f"{got['pt'].per_s:,.0f} records/s, router {got['router'].per_s:,.0f} records/s "
+              f"= {got['router'].per_s / got['pt'].per_s:.0%}", flush=True)
+    ratios = [b.per_s / a.per_s for a, b in rounds]
+    cpu = [b.cpu_us / a.cpu_us for a, b in rounds]
+    pt, router = (m.per_s for m in sorted(rounds, key=lambda x: x[1].per_s / x[0].per_s)
+                  [len(rounds) // 2])
+    print(f"\nat {MANY} partitions the router routes {router / pt:.0%} of the pass-through "
+          f"loop's records/s (median of {MANY_ROUNDS} rounds: "
+          f"{', '.join(f'{x:.0%}' for x in ratios)}; target at least 100%: "
+          f"{'PASS' if router >= pt else 'FAIL'}); CPU per raw record "
+          f"{statistics.median(cpu):.2f}x the loop's; {load_line()}", flush=True)
+    record("router_throughput_64", {"records": total, "partitions": MANY,
+                                    "passthrough_per_s": round(pt),
+                                    "router_per_s": round(router),
+                                    "router_ratio": round(router / pt, 3),
+                                    "router_ratio_rounds": [round(x, 3) for x in ratios],
+                                    "router_cpu_ratio_rounds": [round(x, 3) for x in cpu]})
     assert router > 0 and pt > 0
 
 

@@ -301,6 +301,10 @@ BENCHMARKS: list[tuple[str, str, str, Callable[[Section], list[str]]]] = [
      "tagged records on 4 partitions; the router (routing, dedup, checkpoints, transactions) "
      "and a confluent-kafka pass-through loop that only forwards, in alternating rounds on the "
      "same data.", throughput),
+    ("router_throughput_64", "Router throughput at 64 partitions", "`tests/bench/"
+     "test_router_bench.py::test_router_vs_passthrough_at_64_partitions`: 1,000,000 tagged "
+     "records of the same shape on 64 partitions, the router against the pass-through loop in "
+     "alternating rounds. Target: 100% or more.", throughput),
     ("router_transactions", "Transactions on vs off", "`tests/bench/test_router_bench.py::"
      "test_router_transactions_cost`: the same data routed with `transactions: on` and `off`, "
      "alternating rounds.", transactions),

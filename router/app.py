@@ -24,9 +24,9 @@ from faust.web import Request, Response, View
 
 from cutover.settings import RouterSettings, SettingsError
 from router.allocator import cap_arenas
+from router.base.errors import RouterConfigError
+from router.base.kafka_io import AccessDenied
 from router.datapath import DataPath
-from router.errors import RouterConfigError
-from router.kafka_io import AccessDenied
 from router.rebuilds import RebuildsExhausted
 
 log = logging.getLogger("cutover.router")

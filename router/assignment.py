@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cutover.plan import CutoverPlan
 from cutover.settings import RouterSettings
+from router.base.kafka_io import client_conf, log_starts
 from router.checkpoint import last_written, read_checkpoints
 from router.fencing import end_open_transactions
-from router.kafka_io import client_conf, log_starts
 from router.partition import Owned, RouteRuntime
 from router.positions import PositionCheck
 from router.status_publisher import StatusBoard
@@ -59,7 +59,7 @@ class Assignment:
     parked: dict[PartitionKey, Owned] = field(default_factory=dict)
     # Where each raw partition was put, until its first record confirms it (router.positions).
     positions: PositionCheck = field(default_factory=PositionCheck)
-    # The group's assignment is incremental (router.kafka_io.assignment_strategy): the
+    # The group's assignment is incremental (router.base.kafka_io.assignment_strategy): the
     # callbacks are given only the partitions that move, and add or remove just those.
     cooperative: bool = False
 

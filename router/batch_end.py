@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from router.base.errors import BatchAborted, OutputWriteFailed, ProducerFenced, RouterError
+from router.base.failpoints import fire, pause_at
 from router.checkpoint import Checkpoint, write_checkpoints
-from router.errors import BatchAborted, OutputWriteFailed, ProducerFenced, RouterError
-from router.failpoints import fire, pause_at
 from router.output_writer import OutputWriter, Sent
 from router.ownership import PollClock, check_ownership
 from router.partition import Owned, RouteRuntime
@@ -248,7 +248,7 @@ class BatchEnd:
     def settle(self, wait_s: float = SETTLE_WAIT_S) -> Stale:
         """Settle the partitions whose commits are done, waiting at most ``wait_s`` for the
         others (which stay in flight: :meth:`unsettled`): take aborted partitions over again
-        (or rejoin, if fenced: :class:`router.errors.ProducerFenced` is raised), mark what was
+        (or rejoin, if fenced: :class:`router.base.errors.ProducerFenced` is raised), mark what was
         delivered, commit the resume offsets to the group, purge old identities now and then.
         A commit in flight for longer than ``stuck_s`` is given up and its partition taken over
         again as an aborted one (:meth:`_give_up_stuck`). Returns the records the next batch

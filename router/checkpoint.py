@@ -22,9 +22,9 @@ from confluent_kafka import KafkaError, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cutover.plan import utcnow
+from router.base.errors import CheckpointWriteFailed
+from router.base.kafka_io import read_to_end
 from router.decision import PartitionSnapshot
-from router.errors import CheckpointWriteFailed
-from router.kafka_io import read_to_end
 
 
 class Checkpoint(BaseModel):

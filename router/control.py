@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from cutover.plan import CutoverPlan, PlanBook, PlanRejected, parse_plan
 from cutover.settings import RouterSettings
 from cutover.status import UnreadableStatus, read_status
-from router.kafka_io import offsets_range, partitions_of, read_to_end, reader_conf
+from router.base.kafka_io import offsets_range, partitions_of, read_to_end, reader_conf
 
 log = logging.getLogger("cutover.router")
 

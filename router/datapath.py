@@ -61,12 +61,7 @@ from cutover.settings import RouterSettings
 from router import compiled
 from router.allocator import FreeMemoryTrim, fastbins_off
 from router.assignment import Assignment
-from router.batch_end import NOTHING_STALE, BatchEnd, Stale
-from router.checkpoint import checkpoint_topic
-from router.control import ControlReader, PlanAccepted, recover_plans
-from router.decision import Decision, Incoming, Outcome
-from router.durability import Headers, Ref
-from router.errors import (
+from router.base.errors import (
     ConsumerFailed,
     OutputWriteFailed,
     OwnershipLost,
@@ -75,10 +70,7 @@ from router.errors import (
     RouterError,
     WorkerStalled,
 )
-from router.gc_pause import batch_gc_pause, freeze_start_up
-from router.held_reads import read_before, rewind_if_changed
-from router.inline_output import Forward, InlineStream
-from router.kafka_io import (
+from router.base.kafka_io import (
     COOPERATIVE,
     BrokerUnavailable,
     assignment_strategy,
@@ -86,6 +78,14 @@ from router.kafka_io import (
     data_consumer_conf,
     wait_for_broker,
 )
+from router.batch_end import NOTHING_STALE, BatchEnd, Stale
+from router.checkpoint import checkpoint_topic
+from router.control import ControlReader, PlanAccepted, recover_plans
+from router.decision import Decision, Incoming, Outcome
+from router.durability import Headers, Ref
+from router.gc_pause import batch_gc_pause, freeze_start_up
+from router.held_reads import read_before, rewind_if_changed
+from router.inline_output import Forward, InlineStream
 from router.output_writer import OutputWriter
 from router.oversize import DEFAULT_LIMIT, size_conf
 from router.ownership import PollClock

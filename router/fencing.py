@@ -36,8 +36,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
+from router.base.kafka_io import end_offsets, partitions_of, read_to_end, reader_conf
 from router.checkpoint import Checkpoint, checkpoint_key, read_checkpoints
-from router.kafka_io import end_offsets, partitions_of, read_to_end, reader_conf
 from router.transactions import INIT_TIMEOUT_S, PartitionKey, slot_ids
 
 log = logging.getLogger("cutover.router")

@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from cutover.headers import VERSION
-from router.kafka_io import partitions_of, reader_conf
+from router.base.kafka_io import partitions_of, reader_conf
 
 
 class OutputTally:

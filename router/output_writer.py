@@ -30,10 +30,10 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from cutover.headers import ERROR, SRC
 from cutover.kafka_types import DataMessage
+from router.base.errors import OutputWriteFailed
+from router.base.kafka_io import ATTEMPT_S, end_offsets_each, read_to_end
 from router.durability import Durability, Headers, Ref
-from router.errors import OutputWriteFailed
 from router.inline_output import InlineStream
-from router.kafka_io import ATTEMPT_S, end_offsets_each, read_to_end
 from router.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 from router.partition import Owned
 from router.readback import Identities, ReadBack, note
@@ -260,7 +260,7 @@ class OutputWriter:
         request for every output partition with queued records (``every``: for each of
         ``parts``, as a partition's output starts being produced as decided), per batch.
         Returns the partitions (route, partition) whose output end was not answered
-        (router.kafka_io.end_offsets_each): nothing of theirs may be written in this batch.
+        (router.base.kafka_io.end_offsets_each): nothing of theirs may be written in this batch.
         """
         writing = [o for o in parts if every or o.durability.queued]
         if not writing:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from router.errors import OwnershipLost
+from router.base.errors import OwnershipLost
 
 # Share of max.poll.interval.ms after which a batch no longer counts as owned.
 POLL_SHARE = 0.8

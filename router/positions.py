@@ -15,7 +15,7 @@ records of the batch are not decided, and it is sought to its position again. A 
 that comes back with the same first record twice has nothing in between to read (transaction
 markers, or records deleted by retention), and goes on from there. One that keeps skipping
 ahead after ``MAX_RESEEKS`` seeks is never let go on: the client is rebuilt
-(:class:`router.errors.ConsumerFailed`), and the new one is assigned the partition at its
+(:class:`router.base.errors.ConsumerFailed`), and the new one is assigned the partition at its
 resume offsets.
 """
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, cast
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from cutover.kafka_types import DataMessage
-from router.errors import ConsumerFailed
+from router.base.errors import ConsumerFailed
 
 log = logging.getLogger("cutover.router")
 

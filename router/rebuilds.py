@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.errors import RouterError
+from router.base.errors import RouterError
 
 FIRST_DELAY_S = 0.25
 MAX_DELAY_S = 8.0

@@ -14,9 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from cutover.settings import RouterSettings
 from cutover.topic_configs import STATE_TOPIC_CONFIG
-from router.errors import RouterConfigError
+from router.base.errors import RouterConfigError
+from router.base.kafka_io import client_conf, partitions_of
 from router.identity import identity_function
-from router.kafka_io import client_conf, partitions_of
 from router.oversize import producer_limit, read_limits
 from router.partition import RouteRuntime
 

@@ -50,8 +50,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from cutover.broker_capabilities import serves_transactions
 from cutover.kafka_errors import transactional_id_refused
 from cutover.settings import RouterSettings, Transactions
-from router.checkpoint import Checkpoint, produce_checkpoint
-from router.errors import (
+from router.base.errors import (
     BatchAborted,
     FailpointHit,
     OutputWriteFailed,
@@ -59,8 +58,9 @@ from router.errors import (
     RouterConfigError,
     RouterError,
 )
-from router.failpoints import ARMED, active, fire, pause_at, raise_at
-from router.kafka_io import client_conf
+from router.base.failpoints import ARMED, active, fire, pause_at, raise_at
+from router.base.kafka_io import client_conf
+from router.checkpoint import Checkpoint, produce_checkpoint
 from router.output_writer import Sent
 from router.oversize import DEFAULT_LIMIT, size_conf
 from router.partition import Owned

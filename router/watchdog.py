@@ -4,7 +4,7 @@ recovering, or exits (DESIGN.md, "Liveness").
 Two judges, one clock. The data thread reports each step (:meth:`Progress.stepped`): a step that
 decided records, or took partitions over, is progress; a step with nothing consumed while the
 owned partitions have input waiting is not. After ``stall_after_s`` without progress while
-input waits, the data thread itself is stalled: it raises :class:`router.errors.WorkerStalled`
+input waits, the data thread itself is stalled: it raises :class:`router.base.errors.WorkerStalled`
 and rebuilds its clients (router.datapath). A data thread that does not come back from one step
 at all (a client call that never returns) cannot raise anything: the watchdog thread sees the
 step's age, reports the worker stalled, and after three times ``stall_after_s`` ends the

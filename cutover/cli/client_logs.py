@@ -1,7 +1,7 @@
 """The Kafka client's own log lines, kept out of a command's output.
 
 confluent-kafka hands librdkafka's log lines to the client's ``logger`` setting, which is the
-``cutover.router`` logger (router.kafka_io). A worker prints them; a command must not: a
+``cutover.router`` logger (router.base.kafka_io). A worker prints them; a command must not: a
 refused login would otherwise print three raw ``FAIL|rdkafka#consumer-1| ... SASL
 authentication error`` lines before the one sentence that says what to fix. The lines are
 recognised by the form confluent-kafka logs them in (``"%s [%s] %s"``: facility, client name,

@@ -19,7 +19,7 @@ from cutover.control.routes import (
     target_from_settings,
 )
 from cutover.plan import CutoverPlan, PlanRejected
-from router.kafka_io import BrokerUnavailable, base_conf, wait_for_broker
+from router.base.kafka_io import BrokerUnavailable, base_conf, wait_for_broker
 
 BROKER_DOWN = 3   # exit code: the broker did not answer
 

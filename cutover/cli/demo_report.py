@@ -65,7 +65,7 @@ class Story:
 
 
 def read_all(bootstrap: str, topic: str) -> list[Rec]:
-    from router.kafka_io import base_conf, read_to_end
+    from router.base.kafka_io import base_conf, read_to_end
 
     return [Rec(m.value(), {k: v.decode() for k, v in (m.headers() or []) if v is not None},
                 m.timestamp()[1] / 1000)

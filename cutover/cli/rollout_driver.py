@@ -61,7 +61,7 @@ from cutover.rollout.machine import step
 from cutover.rollout.metrics import prometheus
 from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings
-from router.kafka_io import BrokerUnavailable
+from router.base.kafka_io import BrokerUnavailable
 from router.output_tally import OutputTally
 
 HEARTBEAT_S = 5.0

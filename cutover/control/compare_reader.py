@@ -21,7 +21,7 @@ from cutover.key_bucket import BUCKETS
 from cutover.key_primary import in_canary
 from cutover.rollout.journal import CompareSummary
 from cutover.settings import RouteSettings
-from router.kafka_io import partitions_of, read_to_end, reader_conf
+from router.base.kafka_io import partitions_of, read_to_end, reader_conf
 
 
 class CompareStopped(RuntimeError):

@@ -38,7 +38,7 @@ from cutover.status import (
     UnreadableStatus,
     read_status,
 )
-from router.kafka_io import (
+from router.base.kafka_io import (
     AccessDenied,
     BrokerUnavailable,
     base_conf,

@@ -41,7 +41,7 @@ assert _admin is not None and _admin.loader is not None
 topic_admin = importlib.util.module_from_spec(_admin)
 _admin.loader.exec_module(topic_admin)
 
-# The pass-through loop's prefetch, as router.kafka_io.PREFETCH (not imported: older checkouts
+# The pass-through loop's prefetch, as router.base.kafka_io.PREFETCH (not imported: older checkouts
 # lack it); the same in every checkout's round.
 PREFETCH = {"queued.max.messages.kbytes": 32 * 1024, "fetch.queue.backoff.ms": 20,
             "fetch.max.bytes": 16 * 1024 * 1024}

@@ -15,8 +15,8 @@ import threading
 
 from confluent_kafka import Consumer, Message, Producer
 
+from router.base.kafka_io import PREFETCH
 from router.gc_pause import batch_gc_pause
-from router.kafka_io import PREFETCH
 
 BATCH = 20_000
 POLL_S = 0.05

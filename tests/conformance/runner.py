@@ -27,7 +27,7 @@ from cutover.control.routes import PartitionReport, RouteView, Target, merge_rep
 from cutover.headers import EVENT_TIME, SRC, VERSION
 from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, TransitionState, parse_status
-from router.kafka_io import base_conf, read_to_end, reader_conf
+from router.base.kafka_io import base_conf, read_to_end, reader_conf
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.children import RouterChild
 from tests.conformance.data import (

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from cutover.control.routes import RouteView
 from cutover.headers import parse_headers
 from cutover.status import TransitionState
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from spark_tagger.partitioner import partition_for
 from spark_tagger.testing import EventSpec, Order, make_orders
 from testground.brokers import create_topics, end_offsets

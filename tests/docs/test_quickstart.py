@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from cutover.cli import build_parser
 from cutover.rollout.journal import parse_record, route_of_key
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from tests.children import VENV_BIN, Child
 from tests.rollout.rollout_harness import JOB
 

@@ -20,7 +20,7 @@ from cutover.cli import main as cutover_main
 from cutover.control.routes import RouteView, Target, read_views
 from cutover.headers import SRC, TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from testground.brokers import create_topics, free_port
 from tests.children import RouterChild
 

@@ -18,7 +18,7 @@ from cutover.broker_capabilities import (
 )
 from cutover.demo_broker import EmbeddedBroker, free_port
 from cutover.settings import RouterSettings, Transactions, parse_settings
-from router.kafka_io import base_conf
+from router.base.kafka_io import base_conf
 from router.transactions import transactions_on
 from testground.brokers import BrokerUnderTest
 

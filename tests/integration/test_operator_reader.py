@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from cutover.control.routes import StateReader, Target
 from cutover.plan import CutoverPlan, Segment
 from cutover.status import PartitionStatus, RouteStatus, TransitionState
-from router.kafka_io import base_conf
+from router.base.kafka_io import base_conf
 
 pytestmark = pytest.mark.broker
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from testground.brokers import BrokerUnderTest
 from tests.integration.harness import (
     Env,

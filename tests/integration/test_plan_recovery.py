@@ -14,7 +14,7 @@ from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouterSettings
 from cutover.status import RouteStatus
 from router import control
-from router.kafka_io import base_conf
+from router.base.kafka_io import base_conf
 
 pytestmark = pytest.mark.broker
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from router.errors import ConsumerFailed
+from router.base.errors import ConsumerFailed
 from router.positions import MAX_RESEEKS, PositionCheck
 
 pytestmark = pytest.mark.broker

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from cutover.settings import RouterSettings
-from router.kafka_io import data_consumer_conf
+from router.base.kafka_io import data_consumer_conf
 from testground.brokers import BrokerUnderTest
 from tests.integration.harness import Env, Job, RouterProcess, check_output, events
 

@@ -3,7 +3,7 @@ is sent, after every record of it is delivered and before the commit, a commit t
 and a commit that fails. An aborted batch is replayed from its checkpoint, a timed-out commit
 is asked again; the output and the dead-letter topic, read with read_committed, hold every
 record exactly once, and the worker never restarts. The seams are ``CUTOVER_FAILPOINT``
-(router.failpoints)."""
+(router.base.failpoints)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cutover.settings import RouterSettings
 from cutover.topic_admin import create_topics
-from router.errors import BatchAborted
-from router.kafka_io import base_conf, read_to_end
+from router.base.errors import BatchAborted
+from router.base.kafka_io import base_conf, read_to_end
 from router.transactions import Slot, WorkerTransactions
 from testground.brokers import BrokerUnderTest
 from tests.integration.harness import (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutover.rollout.journal import Phase, RolloutRecord, parse_record, route_of_key
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from tests.children import VENV_BIN, Child
 from tests.integration.harness import Env, RouterProcess
 from tests.rollout.emulated_job import event_time

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from cutover.access import Role, required_rights
 from cutover.control.routes import RouteView, Target, read_views
 from cutover.settings import RouterSettings, parse_settings
-from router.kafka_io import read_to_end
+from router.base.kafka_io import read_to_end
 from testground.brokers import create_topics
 from testground.secure_kafka import SCRAM_MECHANISM, SecuredKafka
 from tests.children import VENV_BIN

@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from cutover.control.routes import Target
-from router.kafka_io import base_conf
+from router.base.kafka_io import base_conf
 from testground.brokers import create_topics
 from testground.kafka_broker import KafkaCluster
 from tests.soak.checker import OutputWatcher, Verdict, verify

@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from cutover.headers import EVENT_TIME
 from cutover.plan import CutoverPlan
 from cutover.status import RouteStatus, parse_status
-from router.kafka_io import base_conf, reader_conf
+from router.base.kafka_io import base_conf, reader_conf
 from tests.output_counts import OutputCounts
 from tests.soak.workload import Event, parse_value
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from tests.soak.workload import Event, parse_value
 
 

@@ -19,7 +19,7 @@ import yaml
 from cutover.cli.orders import Order
 from cutover.control.routes import RouteView, Target, read_views
 from cutover.rollout.journal import Phase, RolloutRecord, parse_record, route_of_key
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from spark_tagger.partitioner import partition_for
 from testground.brokers import create_topics, end_offsets
 from tests.children import VENV_BIN, Child, RouterChild

@@ -34,7 +34,7 @@ from spark_test_support import (
 
 from cutover.cli.orders import EventSpec, make_orders, write_orders
 from cutover.headers import KIND, parse_headers
-from router.kafka_io import base_conf, read_to_end
+from router.base.kafka_io import base_conf, read_to_end
 from testground.brokers import create_topics, end_offsets
 from tests.children import RouterChild
 from tests.conformance.runner import run_cli

@@ -1,11 +1,11 @@
-"""How the router's group assigns raw partitions (router.kafka_io.assignment_strategy)."""
+"""How the router's group assigns raw partitions (router.base.kafka_io.assignment_strategy)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from cutover.settings import RouterSettings
-from router.kafka_io import COOPERATIVE, data_consumer_conf
+from router.base.kafka_io import COOPERATIVE, data_consumer_conf
 
 
 def settings(*inputs: list[str], kafka: dict[str, Any] | None = None) -> RouterSettings:

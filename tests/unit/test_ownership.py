@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.errors import OwnershipLost
+from router.base.errors import OwnershipLost
 from router.ownership import check_ownership
 
 INPUTS = {"r": ["r.blue", "r.green"]}

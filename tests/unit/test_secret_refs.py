@@ -9,7 +9,7 @@ import pytest
 
 from cutover.cli import main as cutover_main
 from cutover.secret_refs import SecretError, plan_signing_key, resolve_secrets
-from router.kafka_io import base_conf
+from router.base.kafka_io import base_conf
 
 SECRET = "s3cret-Value-42"
 

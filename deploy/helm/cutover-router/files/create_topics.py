@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cutover.settings import SettingsError, load_settings
-from router.kafka_io import client_conf
+from router.base.kafka_io import client_conf
 
 
 def wanted(config: str, partitions: int, also: tuple[str, ...] = ()

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from router.errors import FailpointHit
+from router.base.errors import FailpointHit
 
 log = logging.getLogger("cutover.router")
 

@@ -8,8 +8,8 @@ two rules hands some keys (and maybe the keyless records) over from one version 
 primary there. Ordered handover holds a key's records only where its primary changes, and a
 boundary is passed when every version that gives keys away there has passed it.
 
-Pure: no I/O; the plan (cutover.plan), the router's rule (router.decision) and the held-record
-bound (router.held_bound) all read it.
+Pure: no I/O; the plan (cutover.plan), the router's rule (router.rule.decision) and the held-record
+bound (router.rule.held_bound) all read it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 /* BLAKE2b (RFC 7693), unkeyed, with a chosen digest length: the record identity of
- * router/identity.py (hashlib.blake2b(..., digest_size=16)) computed without building the
+ * router/rule/identity.py (hashlib.blake2b(..., digest_size=16)) computed without building the
  * joined bytes. Checked against hashlib by tests/unit/test_compiled_path.py. */
 
 #ifndef CUTOVER_BLAKE2B_H

@@ -40,7 +40,7 @@ static uint64_t masks[MASK_COUNT];
 static int mask_hi_shift = 52;
 static int configured = 0;
 static PyObject *known_versions;        /* cutover.headers._known_versions: bytes -> str */
-static PyObject *record_identity;       /* router.identity.record_identity */
+static PyObject *record_identity;       /* router.rule.identity.record_identity */
 static PyObject *kafka_exception;       /* confluent_kafka.KafkaException */
 static PyObject *envelope_names;        /* frozenset of the tagger's header names */
 static PyObject *h_version, *h_event_time, *h_watermark, *h_batch, *h_kind, *h_src;
@@ -57,10 +57,10 @@ static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_time
 
 typedef struct {
     PyObject_HEAD
-    PyObject *router;      /* router.decision.PartitionRouter */
+    PyObject *router;      /* router.rule.decision.PartitionRouter */
     PyObject *store;       /* router.dedup_store.DedupStore */
     PyObject *dur;         /* router.durability.Durability */
-    PyObject *bound;       /* router.held_bound.HeldBound */
+    PyObject *bound;       /* router.rule.held_bound.HeldBound */
     PyObject *identity;    /* the route's identity function */
     PyObject *topic;       /* the raw topic (str) */
     PyObject *output;      /* the output topic (str) */
@@ -78,7 +78,7 @@ typedef struct {
     Py_ssize_t nprims;
     int64_t bounds[MAX_BOUNDS];
     Py_ssize_t nb;
-    /* a per-key canary (router.decision.PartitionRouter._rules, cutover.key_primary.KeyRule):
+    /* a per-key canary (router.rule.decision.PartitionRouter._rules, cutover.key_primary.KeyRule):
      * segment k's canary version (borrowed from rules) and its buckets, 0 without one */
     PyObject *rules;       /* the tuple of KeyRule, or NULL when no segment has a canary */
     PyObject *canary[MAX_BOUNDS + 1];
@@ -496,7 +496,7 @@ static void put_len(b2b_state *st, PyObject *b) {
     b2b_update(st, (const uint8_t *)PyBytes_AS_STRING(b), (size_t)n);
 }
 
-/* router.identity.record_identity; NULL (no error set) when key/value are not bytes/None */
+/* router.rule.identity.record_identity; NULL (no error set) when key/value are not bytes/None */
 static PyObject *identity_of_record(PyObject *key, PyObject *value, int64_t t) {
     if ((key != Py_None && !PyBytes_CheckExact(key))
         || (value != Py_None && !PyBytes_CheckExact(value)))
@@ -1190,7 +1190,7 @@ static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "Give the compiled path the header names, known versions, filter masks and identity."},
     {"record_identity", (PyCFunction)(void (*)(void))py_record_identity, METH_FASTCALL,
-     "router.identity.record_identity, in C"},
+     "router.rule.identity.record_identity, in C"},
     {"key_bucket", py_key_bucket, METH_O, "cutover.key_bucket.key_bucket, in C"},
     {"use_direct_reads", (PyCFunction)(void (*)(void))use_direct_reads,
      METH_VARARGS | METH_KEYWORDS,

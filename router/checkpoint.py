@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from cutover.plan import utcnow
 from router.base.errors import CheckpointWriteFailed
 from router.base.kafka_io import read_to_end
-from router.decision import PartitionSnapshot
+from router.rule.decision import PartitionSnapshot
 
 
 class Checkpoint(BaseModel):

@@ -50,10 +50,10 @@ from confluent_kafka import KafkaException, Message, Producer
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
 from router.dedup_filter import MASK_SHIFT, MASKS
-from router.identity import record_identity
 from router.inline_output import InlineStream
 from router.output_writer import Output
 from router.partition import Owned
+from router.rule.identity import record_identity
 
 if TYPE_CHECKING:
     from router._fastpath import Run as CRun

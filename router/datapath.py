@@ -81,16 +81,16 @@ from router.base.kafka_io import (
 from router.batch_end import NOTHING_STALE, BatchEnd, Stale
 from router.checkpoint import checkpoint_topic
 from router.control import ControlReader, PlanAccepted, recover_plans
-from router.decision import Decision, Incoming, Outcome
 from router.durability import Headers, Ref
 from router.gc_pause import batch_gc_pause, freeze_start_up
 from router.held_reads import read_before, rewind_if_changed
 from router.inline_output import Forward, InlineStream
 from router.output_writer import OutputWriter
-from router.oversize import DEFAULT_LIMIT, size_conf
 from router.ownership import PollClock
 from router.partition import Owned, RouteRuntime
 from router.rebuilds import RebuildBudget, RebuildsExhausted
+from router.rule.decision import Decision, Incoming, Outcome
+from router.rule.oversize import DEFAULT_LIMIT, size_conf
 from router.status_publisher import PartitionView, StatusBoard
 from router.store_memory import StoreMemory
 from router.topics import check_routes, ensure_checkpoint_topic
@@ -800,7 +800,7 @@ class DataPath:
             if key in self._aside:
                 owned.bound.pending.append(plan)  # applied once the partition is clear
             elif owned.bound.topics and owned.bound.rewinding(owned.durability.next_offsets):
-                owned.bound.pending.append(plan)  # applied once read again (router.held_bound)
+                owned.bound.pending.append(plan)  # applied once read again (router.rule.held_bound)
             else:
                 self._apply(owned, plan)
         self.board.changed = True

@@ -10,7 +10,7 @@ Blocked Bloom filter: one 64-bit word per identity (chosen by the identity's low
 which the identity sets :data:`BITS_PER_IDENTITY` bits (a mask chosen by its top bits). One
 word read per bucket per lookup: the cheapest shape for the per-record path in CPython, where
 every extra bit probe is another bytecode round. Identities are BLAKE2b digests
-(``router.identity``), already uniform, so their bits index the filter directly and no further
+(``router.rule.identity``), already uniform, so their bits index the filter directly and no further
 hashing is done. The masks come from BLAKE2b of their index, so a filter written to disk by
 one process reads the same in any other.
 

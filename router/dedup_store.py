@@ -55,7 +55,7 @@ from router.dedup_filter import (
     span_of,
     words_for,
 )
-from router.identity import IDENTITY_BYTES
+from router.rule.identity import IDENTITY_BYTES
 from router.store_memory import ARENA_BLOCK_BYTES, StoreMemory
 
 FORMAT_MARKER = b"cutover-dedup-store/2"
@@ -321,7 +321,7 @@ class DedupStore:
         n = len(pending)
         joined = b"".join(pending)
         if len(joined) != IDENTITY_BYTES * n:
-            raise ValueError(f"dedup identities are {IDENTITY_BYTES} bytes (router.identity)")
+            raise ValueError(f"dedup identities are {IDENTITY_BYTES} bytes (router.rule.identity)")
         rows = np.frombuffer(joined, dtype=np.uint8).reshape(n, IDENTITY_BYTES)
         times = np.fromiter(pending.values(), dtype=np.int64, count=n)
         starts = times - times % self._span

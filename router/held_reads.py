@@ -1,6 +1,6 @@
-"""A partition over ``max_held`` (router.held_bound), as the data path reads it: which consumed
+"""A partition over ``max_held`` (router.rule.held_bound), as the data path reads it: which consumed
 records are decided now, and the seek back to the records not kept once the rule that held them
-changes. The bookkeeping (windows, passes, plans that wait) is router.held_bound's; this is
+changes. The bookkeeping (windows, passes, plans that wait) is router.rule.held_bound's; this is
 what the loop does with a consumed record and its consumer."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
-from router.held_bound import Pass
 from router.partition import Owned
+from router.rule.held_bound import Pass
 
 log = logging.getLogger("cutover.router")
 

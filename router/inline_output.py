@@ -31,8 +31,8 @@ from confluent_kafka import KafkaException, Producer
 
 from cutover.headers import SRC
 from router.durability import Headers
-from router.oversize import is_too_large
 from router.partition import Owned
+from router.rule.oversize import is_too_large
 
 log = logging.getLogger("cutover.router")
 
@@ -86,7 +86,7 @@ class InlineStream:
     def failed(self, held: Queued, exc: KafkaException) -> None:
         """Producing ``held`` failed: queue it, and stop the stream (its later forwards are
         queued too); the batch's end meets the error where it aborts the batch. A record
-        larger than the output topic takes is dead-lettered instead (router.oversize). Also
+        larger than the output topic takes is dead-lettered instead (router.rule.oversize). Also
         called by the compiled path (router.compiled)."""
         log.warning("output %s:%d: %s; the batch's remaining output is produced at its end",
                     self.output, held[1], exc)

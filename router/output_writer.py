@@ -34,9 +34,9 @@ from router.base.errors import OutputWriteFailed
 from router.base.kafka_io import ATTEMPT_S, end_offsets_each, read_to_end
 from router.durability import Durability, Headers, Ref
 from router.inline_output import InlineStream
-from router.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 from router.partition import Owned
 from router.readback import Identities, ReadBack, note
+from router.rule.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 
 log = logging.getLogger("cutover.router")
 
@@ -174,7 +174,7 @@ class OutputWriter:
 
     def refuse(self, owned: Owned, out: Output) -> None:
         """Dead-letter forward ``out`` instead: it is larger than the output topic takes
-        (router.oversize). It no longer counts as forwarded, nor as queued output."""
+        (router.rule.oversize). It no longer counts as forwarded, nor as queued output."""
         rs = owned.route.settings
         assert rs.dead_letter is not None and out[5] is not None
         limit = owned.route.max_record_bytes
@@ -193,7 +193,7 @@ class OutputWriter:
     def _refuse_oversize(self, parts: Iterable[Owned]) -> None:
         """Before producing: a queued forward larger than its producer takes is dead-lettered
         instead (:meth:`refuse`), a dead letter or shadow copy that large loses its value
-        (router.oversize). Sizes are added up only where the key and value alone come within
+        (router.rule.oversize). Sizes are added up only where the key and value alone come within
         64 KiB of the limit."""
         owner: dict[Destination, Owned] = {}
         for o in parts:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cutover.settings import RouteSettings
-from router.decision import PartitionRouter
 from router.dedup_store import DedupStore
 from router.durability import Durability, Ref
-from router.held_bound import HeldBound
-from router.identity import IdentityFn
-from router.oversize import DEFAULT_LIMIT
+from router.rule.decision import PartitionRouter
+from router.rule.held_bound import HeldBound
+from router.rule.identity import IdentityFn
+from router.rule.oversize import DEFAULT_LIMIT
 
 
 @dataclass
@@ -18,7 +18,7 @@ class RouteRuntime:
     settings: RouteSettings
     identity: IdentityFn
     num_partitions: int
-    # The largest record its producers take (router.oversize): the smallest max.message.bytes
+    # The largest record its producers take (router.rule.oversize): the smallest max.message.bytes
     # of its output, dead-letter and shadow topics, less room for a batch header.
     max_record_bytes: int = DEFAULT_LIMIT
 

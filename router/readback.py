@@ -17,7 +17,7 @@ from cutover.headers import EVENT_TIME, SRC
 from cutover.kafka_types import DataMessage
 from router.base.kafka_io import read_to_end
 from router.dedup_store import DedupStore
-from router.identity import IdentityError, IdentityFn
+from router.rule.identity import IdentityError, IdentityFn
 
 # A rebuild reads up to the retention window's worth of output back: its identities go to
 # RocksDB in batches of this many, so the rebuild's memory does not grow with the window.

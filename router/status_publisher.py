@@ -35,13 +35,13 @@ from cutover.plan import CutoverPlan, utcnow
 from cutover.readiness import PartitionProgress, progress_of, readiness
 from cutover.status import Counters, PartitionStatus, PlanRejectedEvent, RouteStatus
 from router.control import ControlEvent, PlanAccepted
-from router.decision import PartitionCounters
+from router.rule.decision import PartitionCounters
 
 log = logging.getLogger("cutover.router")
 
 
 class PartitionView(Protocol):
-    """What the board reads of an owned partition (``router.decision.PartitionRouter``)."""
+    """What the board reads of an owned partition (``router.rule.decision.PartitionRouter``)."""
 
     @property
     def epoch(self) -> int | None: ...

@@ -3,7 +3,7 @@
 A route's inputs must exist and be co-partitioned; its output, dead-letter and shadow topics
 must exist with at least as many partitions (the router keeps each record's partition number).
 Their size limits are read too: the route's producers take no record over the smallest
-(router.oversize).
+(router.rule.oversize).
 The checkpoint topic is created, compacted, when it is missing.
 """
 
@@ -16,9 +16,9 @@ from cutover.settings import RouterSettings
 from cutover.topic_configs import STATE_TOPIC_CONFIG
 from router.base.errors import RouterConfigError
 from router.base.kafka_io import client_conf, partitions_of
-from router.identity import identity_function
-from router.oversize import producer_limit, read_limits
 from router.partition import RouteRuntime
+from router.rule.identity import identity_function
+from router.rule.oversize import producer_limit, read_limits
 
 
 def check_routes(settings: RouterSettings) -> dict[str, RouteRuntime]:

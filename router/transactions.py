@@ -62,8 +62,8 @@ from router.base.failpoints import ARMED, active, fire, pause_at, raise_at
 from router.base.kafka_io import client_conf
 from router.checkpoint import Checkpoint, produce_checkpoint
 from router.output_writer import Sent
-from router.oversize import DEFAULT_LIMIT, size_conf
 from router.partition import Owned
+from router.rule.oversize import DEFAULT_LIMIT, size_conf
 
 log = logging.getLogger("cutover.router")
 
@@ -143,7 +143,7 @@ class WorkerTransactions:
     def __init__(self, settings: RouterSettings, record_limits: dict[str, int],
                  worker_id: str) -> None:
         """``record_limits``: route -> the largest record its producers take
-        (router.oversize)."""
+        (router.rule.oversize)."""
         self.settings = settings
         self.worker_id = worker_id
         self.record_limit = min(record_limits.values(), default=DEFAULT_LIMIT)

@@ -28,7 +28,12 @@ from hashlib import blake2b
 from typing import Any, NamedTuple
 
 from cutover.rollout.journal import CompareCounts, CompareSummary
-from router.identity import IdentityError, IdentityFn, identity_function, key_event_time_identity
+from router.rule.identity import (
+    IdentityError,
+    IdentityFn,
+    identity_function,
+    key_event_time_identity,
+)
 
 PREVIEW = 160   # characters of a value kept for the samples
 

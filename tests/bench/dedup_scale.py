@@ -21,7 +21,7 @@ from rocksdict import Options, Rdict
 
 from cutover.settings import DedupSettings, StoreMemorySettings
 from router.dedup_store import DedupStore
-from router.identity import record_identity
+from router.rule.identity import record_identity
 from router.store_memory import StoreMemory
 
 BASE_T = 1_767_225_600_000

@@ -16,9 +16,9 @@ from cutover.headers import (
     parse_headers,
 )
 from cutover.plan import CutoverPlan
-from router.decision import Incoming, Outcome, PartitionRouter
 from router.dedup_store import DedupStore
-from router.identity import identity_function
+from router.rule.decision import Incoming, Outcome, PartitionRouter
+from router.rule.identity import identity_function
 from tests.bench.report import load_line, record
 
 N = 1_000_000

@@ -21,7 +21,7 @@ import pytest
 
 from cutover.settings import DedupSettings
 from router.dedup_store import DedupStore
-from router.identity import record_identity
+from router.rule.identity import record_identity
 from tests.bench.report import load_line, record
 
 pytestmark = [pytest.mark.bench]

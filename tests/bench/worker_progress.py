@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cutover.settings import parse_settings
 from router.datapath import DataPath
-from router.decision import PartitionCounters
+from router.rule.decision import PartitionCounters
 
 
 def rss_bytes() -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cutover.plan import CutoverPlan
-from router.decision import Incoming, Outcome, PartitionRouter
-from router.identity import identity_function
+from router.rule.decision import Incoming, Outcome, PartitionRouter
+from router.rule.identity import identity_function
 from spark_tagger.testing import Order
 from testground.brokers import BrokerUnderTest
 from tests.conformance import report

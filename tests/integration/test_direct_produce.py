@@ -24,12 +24,12 @@ from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
 from router import compiled
 from router.datapath import DataPath
-from router.decision import PartitionRouter
 from router.dedup_store import DedupStore
 from router.durability import Durability
-from router.identity import record_identity
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime
+from router.rule.decision import PartitionRouter
+from router.rule.identity import record_identity
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.topics import RawRecord, read_topic
 

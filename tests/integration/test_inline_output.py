@@ -19,12 +19,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cutover.headers import SRC
 from cutover.settings import RouteSettings
 from router.base.errors import OutputWriteFailed
-from router.decision import PartitionRouter
 from router.dedup_store import DedupStore
 from router.durability import Durability
-from router.identity import record_identity
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime
+from router.rule.decision import PartitionRouter
+from router.rule.identity import record_identity
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.topics import read_topic
 

@@ -2,7 +2,7 @@
 switch while the new one runs on; each partition keeps at most ``max_held`` records, pauses and
 says so (status, holdups, ``cutover status``, metrics); when the old version comes back every
 record reaches the output exactly once, every record below the boundary before any above it,
-and the new version's records in their raw order (router.held_bound)."""
+and the new version's records in their raw order (router.rule.held_bound)."""
 
 from __future__ import annotations
 

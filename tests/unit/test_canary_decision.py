@@ -1,4 +1,4 @@
-"""The per-key canary in one partition's rule (router.decision), case by case."""
+"""The per-key canary in one partition's rule (router.rule.decision), case by case."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from test_decision import beat, outcomes, rec, router
 
 from cutover.plan import CutoverPlan
-from router.decision import PartitionSnapshot
+from router.rule.decision import PartitionSnapshot
 
 IN, OUT = b"k3", b"k2"   # buckets 573 and 9966: in and out of a 10% canary
 

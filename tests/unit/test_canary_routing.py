@@ -1,8 +1,8 @@
-"""The routing rule with a per-key canary (router.decision), over generated streams: every
+"""The routing rule with a per-key canary (router.rule.decision), over generated streams: every
 (key, event time) reaches the output once, from exactly the version the plan names for that
 key and time (pinned above the horizon when the plan comes late); with ordered handover a key
 that changes primary at a boundary gets nothing at or above it before every version giving
-keys away there has passed it; the rule's frozen hold rule (router.held_bound) agrees with
+keys away there has passed it; the rule's frozen hold rule (router.rule.held_bound) agrees with
 every decision; a restart from a stored snapshot decides as the run it replaces.
 
 The streams are test_properties' (two versions, micro-batches, watermarks, heartbeats, replays
@@ -30,7 +30,7 @@ from test_properties import (
 from cutover.key_bucket import BUCKETS, key_bucket
 from cutover.key_primary import KeyRule
 from cutover.plan import CutoverPlan
-from router.decision import Decision, Incoming, Outcome, PartitionRouter, PartitionSnapshot
+from router.rule.decision import Decision, Incoming, Outcome, PartitionRouter, PartitionSnapshot
 
 KEYLESS = 0  # key index 0 stands for a record without a key
 # shares that split k1..k6 (buckets 573, 4547, 4656, 8591, 8592, 9966) every way, and others

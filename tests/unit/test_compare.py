@@ -8,7 +8,7 @@ from functools import partial
 
 from cutover.control.comparison import Comparison, TaggedOutput, match_identity
 from cutover.key_primary import in_canary
-from router.identity import key_event_time_identity
+from router.rule.identity import key_event_time_identity
 
 
 def data(version: str, i: int, batch: int, wm: int | None = None, *, p: int = 0,

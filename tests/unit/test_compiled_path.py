@@ -43,12 +43,12 @@ from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
 from router import compiled
 from router.datapath import DataPath
-from router.decision import PartitionRouter
 from router.dedup_store import DedupStore
 from router.durability import Durability
-from router.identity import identity_function, record_identity
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime
+from router.rule.decision import PartitionRouter
+from router.rule.identity import identity_function, record_identity
 
 RAW = ("raw-a", "raw-b")
 PARTS = (0, 1)

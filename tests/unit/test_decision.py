@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from rule_support import SetStore, make_plan
 
-from router.decision import Incoming, Outcome, PartitionRouter, PartitionSnapshot
-from router.identity import identity_function
+from router.rule.decision import Incoming, Outcome, PartitionRouter, PartitionSnapshot
+from router.rule.identity import identity_function
 
 
 def router(*, ordered: bool = True, identity: str | tuple[str, ...] = "record",

@@ -2,7 +2,7 @@
 
 The generated streams of test_properties (two versions, replays, heartbeats, plans, a poison
 record) are read as one raw partition, the way router.datapath reads it with
-router.held_bound: records the rule would hold past ``max_held`` are not kept, and when the
+router.rule.held_bound: records the rule would hold past ``max_held`` are not kept, and when the
 rule changes the consumer seeks back to the first of them and reads again, deciding again
 only the records not kept (records fetched before the seek arrive first and are ignored).
 Plans arrive when the reading first reaches their place, and wait while records not kept are
@@ -20,9 +20,9 @@ from rule_support import SetStore, make_plan
 from test_properties import TOLERANCE, events_of, scenarios
 
 from cutover.plan import CutoverPlan
-from router.decision import Decision, Incoming, Outcome, PartitionRouter
-from router.held_bound import HeldBound, Pass
-from router.identity import identity_function
+from router.rule.decision import Decision, Incoming, Outcome, PartitionRouter
+from router.rule.held_bound import HeldBound, Pass
+from router.rule.identity import identity_function
 
 TOPIC = "raw"
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.identity import (
+from router.rule.identity import (
     IdentityError,
     fields_identity,
     identity_function,

@@ -11,8 +11,8 @@ from rule_support import SetStore, make_plan
 
 from cutover.plan import CutoverPlan, PlanRejected
 from router.control import PlanRefused
-from router.decision import Incoming, PartitionRouter
-from router.identity import identity_function
+from router.rule.decision import Incoming, PartitionRouter
+from router.rule.identity import identity_function
 from router.status_publisher import (
     METRICS,
     DeadLetterReason,

@@ -10,8 +10,8 @@ from cutover.control.routes import PartitionReport, RouteView
 from cutover.plan import CutoverPlan
 from cutover.settings import Handover, RouterSettings
 from cutover.status import PartitionStatus, RouteStatus, TransitionState, parse_status
-from router.decision import Incoming, PartitionRouter
-from router.identity import identity_function
+from router.rule.decision import Incoming, PartitionRouter
+from router.rule.identity import identity_function
 from router.status_publisher import StatusBoard
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

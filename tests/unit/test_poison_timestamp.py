@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rule_support import SetStore, make_plan
 
-from router.decision import Incoming, Outcome, PartitionRouter
-from router.identity import identity_function
+from router.rule.decision import Incoming, Outcome, PartitionRouter
+from router.rule.identity import identity_function
 
 TOL = 60_000
 NOW = 1_767_225_600_000

@@ -22,8 +22,8 @@ from rule_support import SetStore
 from rule_support import make_plan as plan
 
 from cutover.plan import CutoverPlan
-from router.decision import Decision, Incoming, Outcome, PartitionRouter
-from router.identity import identity_function
+from router.rule.decision import Decision, Incoming, Outcome, PartitionRouter
+from router.rule.identity import identity_function
 
 FAR = 10**9
 WRITTEN = 1_000       # when every record was written to the raw topic (its Kafka timestamp)

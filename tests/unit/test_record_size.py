@@ -1,4 +1,4 @@
-"""The router's reckoning of a record's size is librdkafka's (router.oversize)."""
+"""The router's reckoning of a record's size is librdkafka's (router.rule.oversize)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from confluent_kafka import KafkaException, Producer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.oversize import dead_letter_of, is_too_large, producer_limit, wire_size
+from router.rule.oversize import dead_letter_of, is_too_large, producer_limit, wire_size
 
 LIMIT = 4000
 _producer = Producer({"bootstrap.servers": "127.0.0.1:1", "message.max.bytes": LIMIT,

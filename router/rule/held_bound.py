@@ -39,7 +39,7 @@ from cutover.plan import CutoverPlan
 
 class HoldRule(NamedTuple):
     """The part of a partition's rule that decides HOLD, frozen when records start being
-    dropped (router.decision.PartitionRouter.decide holds exactly these records)."""
+    dropped (router.rule.decision.PartitionRouter.decide holds exactly these records)."""
 
     planned: bool                  # a plan is in force (no plan: every data record waits)
     ordered: bool

@@ -51,8 +51,8 @@ from pydantic import (
 
 from cutover.key_primary import Canary, KeyRule, bucket_of, handovers, moves
 from cutover.plan import CutoverPlan
-from router.held_bound import HoldRule
-from router.identity import IdentityError, IdentityFn
+from router.rule.held_bound import HoldRule
+from router.rule.identity import IdentityError, IdentityFn
 
 NO_WATERMARK = -(1 << 63)
 NO_LIMIT = 1 << 63
@@ -65,7 +65,7 @@ class Outcome(StrEnum):
     DEAD_LETTER = "dead_letter"  # cannot be routed safely; reason says why
     HOLD = "hold"                # waits (ordered handover, or no plan yet); decided later
     # would wait, but the partition holds max_held records already: not kept, the caller reads
-    # it again from the raw topic when the rule changes (router.held_bound)
+    # it again from the raw topic when the rule changes (router.rule.held_bound)
     OVER_BOUND = "over_bound"
 
 
@@ -235,7 +235,7 @@ class PartitionRouter:
         self.held: list[Incoming] = []
         # Over max_held: records the rule holds are not kept until the rule changes.
         self.paused = False
-        self.rule_changes = 0    # timeline or closed boundaries changed (router.held_bound)
+        self.rule_changes = 0    # timeline or closed boundaries changed (router.rule.held_bound)
         self.counters = PartitionCounters()
         # Derived from the timeline, for the per-record path.
         self._bounds: tuple[int, ...] = ()
@@ -302,7 +302,7 @@ class PartitionRouter:
                              "again from the raw topic")
 
     def hold_rule(self) -> HoldRule:
-        """A frozen copy of what decides HOLD now (router.held_bound); built at each rule
+        """A frozen copy of what decides HOLD now (router.rule.held_bound); built at each rule
         change, so asking costs nothing per record."""
         return self._hold_rule
 

@@ -47,7 +47,7 @@ class DedupSettings(BaseModel):
     identity: Literal["record", "key_event_time"] | tuple[JsonPath, ...] = "record"
     retention_ms: int = Field(default=3_600_000, gt=0)
     # Memory of one partition's dedup store at most; what a worker's stores hold together is
-    # set by RouterSettings.store_memory (router.store_memory).
+    # set by RouterSettings.store_memory (router.dedup.memory).
     filter_bytes: int = Field(
         default=16 * MIB, ge=32,
         description="the most front Bloom filter one partition's store holds, all its time "
@@ -80,7 +80,7 @@ class DedupSettings(BaseModel):
 
 
 class StoreMemorySettings(BaseModel):
-    """Memory of all the dedup stores of one worker together (router.store_memory)."""
+    """Memory of all the dedup stores of one worker together (router.dedup.memory)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -58,7 +58,7 @@ static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_time
 typedef struct {
     PyObject_HEAD
     PyObject *router;      /* router.rule.decision.PartitionRouter */
-    PyObject *store;       /* router.dedup_store.DedupStore */
+    PyObject *store;       /* router.dedup.store.DedupStore */
     PyObject *dur;         /* router.durability.Durability */
     PyObject *bound;       /* router.rule.held_bound.HeldBound */
     PyObject *identity;    /* the route's identity function */

@@ -21,11 +21,11 @@ from cutover.plan import CutoverPlan
 from cutover.settings import RouterSettings
 from router.base.kafka_io import client_conf, log_starts
 from router.checkpoint import last_written, read_checkpoints
+from router.dedup.memory import StoreMemory
 from router.fencing import end_open_transactions
 from router.partition import Owned, RouteRuntime
 from router.positions import PositionCheck
 from router.status_publisher import StatusBoard
-from router.store_memory import StoreMemory
 from router.takeover import take_over
 from router.transactions import PartitionKey, WorkerTransactions
 

@@ -49,7 +49,7 @@ from confluent_kafka import KafkaException, Message, Producer
 
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
-from router.dedup_filter import MASK_SHIFT, MASKS
+from router.dedup.bloom import MASK_SHIFT, MASKS
 from router.inline_output import InlineStream
 from router.output_writer import Output
 from router.partition import Owned

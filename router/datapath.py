@@ -81,6 +81,7 @@ from router.base.kafka_io import (
 from router.batch_end import NOTHING_STALE, BatchEnd, Stale
 from router.checkpoint import checkpoint_topic
 from router.control import ControlReader, PlanAccepted, recover_plans
+from router.dedup.memory import StoreMemory
 from router.durability import Headers, Ref
 from router.gc_pause import batch_gc_pause, freeze_start_up
 from router.held_reads import read_before, rewind_if_changed
@@ -92,7 +93,6 @@ from router.rebuilds import RebuildBudget, RebuildsExhausted
 from router.rule.decision import Decision, Incoming, Outcome
 from router.rule.oversize import DEFAULT_LIMIT, size_conf
 from router.status_publisher import PartitionView, StatusBoard
-from router.store_memory import StoreMemory
 from router.topics import check_routes, ensure_checkpoint_topic
 from router.transactions import (
     Failed,

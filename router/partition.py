@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cutover.settings import RouteSettings
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.durability import Durability, Ref
 from router.rule.decision import PartitionRouter
 from router.rule.held_bound import HeldBound

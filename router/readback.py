@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 from cutover.headers import EVENT_TIME, SRC
 from cutover.kafka_types import DataMessage
 from router.base.kafka_io import read_to_end
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.rule.identity import IdentityError, IdentityFn
 
 # A rebuild reads up to the retention window's worth of output back: its identities go to

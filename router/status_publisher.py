@@ -360,7 +360,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "worker_stalls_total": ("counter", "stalls the watchdog reported since start"),
     "worker_rebuilds_total": ("counter", "client rebuilds (rejoins) since start"),
     "store_filter_bytes": ("gauge", "front filters the worker's dedup stores hold together, "
-                                    "bytes (router.store_memory)"),
+                                    "bytes (router.dedup.memory)"),
     "store_filter_budget_bytes": ("gauge", "the worker's budget for those filters "
                                            "(store_memory.filter_bytes), bytes"),
     "store_block_cache_bytes": ("gauge", "the block cache the worker's dedup stores share "

@@ -24,12 +24,12 @@ from typing import Any
 from cutover.plan import CutoverPlan
 from cutover.settings import Handover
 from router.checkpoint import Checkpoint
-from router.dedup_store import DedupStore
+from router.dedup.memory import StoreMemory
+from router.dedup.store import DedupStore
 from router.durability import Durability, RebuildMark
 from router.partition import Owned, RouteRuntime
 from router.readback import ReadBack, ReadBackFrom, read_back_outputs
 from router.rule.decision import Outcome, PartitionRouter
-from router.store_memory import StoreMemory
 
 log = logging.getLogger("cutover.router")
 

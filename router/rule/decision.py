@@ -196,7 +196,7 @@ class PartitionCounters:
 
 
 class DedupLookup(Protocol):
-    """The part of the dedup store the rule needs (``router.dedup_store.DedupStore`` has it;
+    """The part of the dedup store the rule needs (``router.dedup.store.DedupStore`` has it;
     the unit tests use a set)."""
 
     def __contains__(self, identity: bytes, /) -> bool: ...

@@ -20,9 +20,9 @@ from pathlib import Path
 from rocksdict import Options, Rdict
 
 from cutover.settings import DedupSettings, StoreMemorySettings
-from router.dedup_store import DedupStore
+from router.dedup.memory import StoreMemory
+from router.dedup.store import DedupStore
 from router.rule.identity import record_identity
-from router.store_memory import StoreMemory
 
 BASE_T = 1_767_225_600_000
 RETENTION_MS = 3_600_000     # every identity of the run stays within it

@@ -16,7 +16,7 @@ from cutover.headers import (
     parse_headers,
 )
 from cutover.plan import CutoverPlan
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.rule.decision import Incoming, Outcome, PartitionRouter
 from router.rule.identity import identity_function
 from tests.bench.report import load_line, record

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from cutover.settings import DedupSettings, StoreMemorySettings
-from router.dedup_filter import filter_bytes_for
+from router.dedup.bloom import filter_bytes_for
 from tests.bench.report import REPO, load_line, record
 
 pytestmark = [pytest.mark.bench]

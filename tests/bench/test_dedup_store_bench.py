@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cutover.settings import DedupSettings
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.rule.identity import record_identity
 from tests.bench.report import load_line, record
 

@@ -24,7 +24,7 @@ from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
 from router import compiled
 from router.datapath import DataPath
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.durability import Durability
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cutover.headers import SRC
 from cutover.settings import RouteSettings
 from router.base.errors import OutputWriteFailed
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.durability import Durability
 from router.output_writer import OutputWriter
 from router.partition import Owned, RouteRuntime

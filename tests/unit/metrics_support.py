@@ -10,8 +10,8 @@ from rollout_support import T0, record
 
 from cutover.rollout.journal import CompareSummary
 from cutover.rollout.metrics import prometheus as rollout_prometheus
+from router.dedup.memory import StoreMemory
 from router.status_publisher import StatusBoard
-from router.store_memory import StoreMemory
 from router.watchdog import Progress
 
 

@@ -8,10 +8,10 @@ import pytest
 from rocksdict import Options, Rdict
 
 from cutover.settings import DedupSettings, StoreMemorySettings
-from router.dedup_filter import IDENTITIES_PER_WORD, MAX_LIVE_BUCKETS, MIN_WORDS, mark
-from router.dedup_store import DedupStore, DedupStoreError
+from router.dedup.bloom import IDENTITIES_PER_WORD, MAX_LIVE_BUCKETS, MIN_WORDS, mark
+from router.dedup.memory import StoreMemory
+from router.dedup.store import DedupStore, DedupStoreError
 from router.rule.identity import record_identity
-from router.store_memory import StoreMemory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_close_forgets_what_was_not_flushed(tmp_path: Path) -> None:
 
 CRASH = """
 import os, sys
-from router.dedup_store import DedupStore
+from router.dedup.store import DedupStore
 from router.rule.identity import record_identity
 store = DedupStore(sys.argv[1])
 for i in range(int(sys.argv[2])):

@@ -11,6 +11,7 @@ from rule_support import SetStore, make_plan
 
 from cutover.plan import CutoverPlan, PlanRejected
 from router.control import PlanRefused
+from router.dedup.memory import StoreMemory
 from router.rule.decision import Incoming, PartitionRouter
 from router.rule.identity import identity_function
 from router.status_publisher import (
@@ -19,7 +20,6 @@ from router.status_publisher import (
     StatusBoard,
     dead_letter_reason,
 )
-from router.store_memory import StoreMemory
 from router.watchdog import Progress
 
 PLAN = make_plan(1, (None, "blue"))

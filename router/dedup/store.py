@@ -7,8 +7,8 @@ only what was flushed (the router flushes after the batch's output is delivered,
 identity of a record whose output never left must not be remembered).
 
 Memory is set by settings, not by the identities in retention: RocksDB answers lookups, with
-the block cache and write buffers a worker's stores share (router.store_memory), and in front
-of it the time-bucketed Bloom filters of ``router.dedup_filter``, sized for the identities the
+the block cache and write buffers a worker's stores share (router.dedup.memory), and in front
+of it the time-bucketed Bloom filters of ``router.dedup.bloom``, sized for the identities the
 partition sees, tell most new identities apart without a read (docs/performance.md, "Dedup
 store at scale").
 
@@ -44,7 +44,7 @@ import numpy as np
 from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch
 
 from cutover.settings import DedupSettings
-from router.dedup_filter import (
+from router.dedup.bloom import (
     IDENTITIES_PER_WORD,
     MASK_SHIFT,
     MASKS,
@@ -55,8 +55,8 @@ from router.dedup_filter import (
     span_of,
     words_for,
 )
+from router.dedup.memory import ARENA_BLOCK_BYTES, StoreMemory
 from router.rule.identity import IDENTITY_BYTES
-from router.store_memory import ARENA_BLOCK_BYTES, StoreMemory
 
 FORMAT_MARKER = b"cutover-dedup-store/2"
 _EARLIER_FORMATS = (b"cutover-dedup-store/1",)
@@ -98,7 +98,7 @@ def _options(settings: DedupSettings, memory: StoreMemory) -> Options:
     opts.create_if_missing(True)
     opts.set_write_buffer_size(settings.write_buffer_bytes)
     opts.set_max_write_buffer_number(2)
-    opts.set_arena_block_size(ARENA_BLOCK_BYTES)   # router.store_memory says why
+    opts.set_arena_block_size(ARENA_BLOCK_BYTES)   # router.dedup.memory says why
     opts.set_max_background_jobs(2)
     opts.set_write_buffer_manager(memory.write_buffers)
     table = BlockBasedOptions()
@@ -116,7 +116,7 @@ def _options(settings: DedupSettings, memory: StoreMemory) -> Options:
 class DedupStore:
     def __init__(self, path: str | Path, settings: DedupSettings | None = None,
                  memory: StoreMemory | None = None) -> None:
-        """``memory``: what the worker's stores share (router.store_memory); a store of its
+        """``memory``: what the worker's stores share (router.dedup.memory); a store of its
         own when None (tools and tests)."""
         self.path = Path(path)
         self.settings = settings = settings or DedupSettings()
@@ -417,7 +417,7 @@ class DedupStore:
         self.memory.relieve()
 
     def memtable_bytes(self) -> int:
-        """What the store's active memtable holds (router.store_memory.StoreMemory.relieve)."""
+        """What the store's active memtable holds (router.dedup.memory.StoreMemory.relieve)."""
         return self._db.property_int_value("rocksdb.cur-size-active-mem-table") or 0
 
     def flush_memtable(self) -> None:

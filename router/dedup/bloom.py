@@ -23,8 +23,8 @@ Sizes: each bucket has its own power-of-two number of words (the low bits of an 
 its word, so a lookup masks them with the bucket's size). A bucket opens sized for the
 identities of the bucket before it (:func:`words_for`), and one that fills past
 :data:`IDENTITIES_PER_WORD` per word is rebuilt larger from its keys in RocksDB
-(router.dedup_store), up to a quarter of ``dedup.filter_bytes`` (:func:`max_words`) and within
-the worker's budget (router.store_memory). So a quiet partition holds a few KiB of filter and a
+(router.dedup.store), up to a quarter of ``dedup.filter_bytes`` (:func:`max_words`) and within
+the worker's budget (router.dedup.memory). So a quiet partition holds a few KiB of filter and a
 busy one what its identities need.
 """
 

@@ -1,6 +1,6 @@
 """The memory of a worker's dedup stores, budgeted per worker, not per partition.
 
-A worker owns one dedup store per raw partition (router.dedup_store), from a few to hundreds.
+A worker owns one dedup store per raw partition (router.dedup.store), from a few to hundreds.
 Sized per store, their caches, memtables and filters grew with the partitions a worker owns,
 and filled up over the retention window whether the partitions were busy or not. Here every
 store of a worker shares:
@@ -21,9 +21,9 @@ store of a worker shares:
   partitions spent seconds on it). So a block is :data:`ARENA_BLOCK_BYTES`, and a memtable
   holding no more than one block is never flushed;
 * one budget for the front filters (``store_memory.filter_bytes``): a filter bucket is sized
-  for the identities its store is seeing (router.dedup_filter.words_for) and takes its words
+  for the identities its store is seeing (router.dedup.bloom.words_for) and takes its words
   from this budget; once the budget is spent a new or regrown bucket gets what is left (at
-  least :data:`router.dedup_filter.MIN_WORDS`), which costs RocksDB reads, never a record.
+  least :data:`router.dedup.bloom.MIN_WORDS`), which costs RocksDB reads, never a record.
 
 The budget is accounting, not an allocator: a store asks :meth:`FilterBudget.grant` before it
 allocates a bucket's words and gives them back with :meth:`FilterBudget.release` when the
@@ -39,7 +39,7 @@ from typing import Protocol
 from rocksdict import Cache, WriteBufferManager
 
 from cutover.settings import StoreMemorySettings
-from router.dedup_filter import MIN_WORDS, floor_pow2
+from router.dedup.bloom import MIN_WORDS, floor_pow2
 from router.status_publisher import family_header
 
 # The arena block of every store's memtable: what an empty memtable holds. 1,000 partitions'
@@ -80,7 +80,7 @@ class FilterBudget:
 
 class Memtables(Protocol):
     """A store whose memtable the worker may flush to stay within its budget
-    (router.dedup_store.DedupStore)."""
+    (router.dedup.store.DedupStore)."""
 
     def memtable_bytes(self) -> int: ...
 

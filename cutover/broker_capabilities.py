@@ -1,10 +1,10 @@
 """What a broker serves, asked of the broker: the API keys of its ApiVersions answer.
 
-The router's exactly-once output (router.transactions) rests on ``read_committed`` consumers not
-seeing aborted records. A broker hides them through the markers its transaction coordinator
-writes into each partition of an ended transaction (``WriteTxnMarkers``); a broker that serves
-the client's transaction APIs but not the marker one (Tansu, the demo's embedded broker) hands
-aborted records to ``read_committed`` consumers. So transactions are used where the broker
+The router's exactly-once output (router.durability.transactions) rests on ``read_committed``
+consumers not seeing aborted records. A broker hides them through the markers its transaction
+coordinator writes into each partition of an ended transaction (``WriteTxnMarkers``); a broker that
+serves the client's transaction APIs but not the marker one (Tansu, the demo's embedded broker)
+hands aborted records to ``read_committed`` consumers. So transactions are used where the broker
 answers that it serves all of :data:`TRANSACTION_APIS`.
 
 How the answer is read: librdkafka asks each broker it connects to for its ApiVersions and

@@ -31,8 +31,8 @@ class Handover(StrEnum):
 
 class Transactions(StrEnum):
     """Whether each batch's output, dead letters, shadow copies and checkpoint are written in one
-    Kafka transaction (router.transactions). ``auto``: on where the broker answers that it
-    serves every transaction API, the markers that hide aborted records from ``read_committed``
+    Kafka transaction (router.durability.transactions). ``auto``: on where the broker answers that
+    it serves every transaction API, the markers that hide aborted records from ``read_committed``
     consumers included (Apache Kafka); off where it does not (Tansu)
     (cutover.broker_capabilities)."""
 

@@ -59,12 +59,12 @@ typedef struct {
     PyObject_HEAD
     PyObject *router;      /* router.rule.decision.PartitionRouter */
     PyObject *store;       /* router.dedup.store.DedupStore */
-    PyObject *dur;         /* router.durability.Durability */
+    PyObject *dur;         /* router.durability.resume.Durability */
     PyObject *bound;       /* router.rule.held_bound.HeldBound */
     PyObject *identity;    /* the route's identity function */
     PyObject *topic;       /* the raw topic (str) */
     PyObject *output;      /* the output topic (str) */
-    PyObject *stream;      /* router.inline_output.InlineStream or None */
+    PyObject *stream;      /* router.durability.inline_output.InlineStream or None */
     PyObject *queue;       /* the batch's OutputWriter.queue (list) */
     PyObject *partition_obj;
     long partition;

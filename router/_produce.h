@@ -7,7 +7,7 @@
  * confluent-kafka allocates even without a callback. Its delivery report then took the
  * interpreter's lock once per record, in whichever thread served the producer's queue (the
  * batch's flush, or the commit threads): a report for each of the transaction's records, when
- * only each partition's last one is read (router.output_writer.last_records). Here the
+ * only each partition's last one is read (router.durability.output_writer.last_records). Here the
  * headers are copied in librdkafka (rd_kafka_headers_copy, then bg.src added), the key and
  * value given from the consumed Message's bytes, and the message has no opaque, which
  * confluent-kafka's delivery callback returns on at once. The record on the wire is the same:

@@ -2,10 +2,10 @@
 
 Rebalance callbacks run only inside the data consumer's ``consume()``, between batches
 (router.datapath), so a partition is never given up with output of it undelivered. Taking a
-partition over reads its newest checkpoint and rebuilds its state (router.takeover); with
+partition over reads its newest checkpoint and rebuilds its state (router.durability.takeover); with
 transactions the worker's producers are started first and the open transactions of previous
-owners on the partitions ended (router.fencing). A batch whose transaction aborted is taken
-over again the same way and replayed from its checkpoint.
+owners on the partitions ended (router.durability.fencing). A batch whose transaction aborted is
+taken over again the same way and replayed from its checkpoint.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from confluent_kafka import Consumer, TopicPartition
 from cutover.plan import CutoverPlan
 from cutover.settings import RouterSettings
 from router.base.kafka_io import client_conf, log_starts
-from router.checkpoint import last_written, read_checkpoints
 from router.dedup.memory import StoreMemory
-from router.fencing import end_open_transactions
-from router.partition import Owned, RouteRuntime
-from router.positions import PositionCheck
+from router.durability.checkpoint import last_written, read_checkpoints
+from router.durability.fencing import end_open_transactions
+from router.durability.partition import Owned, RouteRuntime
+from router.durability.positions import PositionCheck
+from router.durability.takeover import take_over
+from router.durability.transactions import PartitionKey, WorkerTransactions
 from router.status_publisher import StatusBoard
-from router.takeover import take_over
-from router.transactions import PartitionKey, WorkerTransactions
 
 log = logging.getLogger("cutover.router")
 
@@ -50,14 +50,15 @@ class Assignment:
     by_tp: dict[tuple[str, int], Owned] = field(default_factory=dict)
     # Called before the group gives or takes partitions, with the partitions about to be
     # closed (None: any may be): waits for their commits in flight
-    # (router.batch_end.BatchEnd.wait), so that no partition is closed mid-commit.
+    # (router.durability.batch_end.BatchEnd.wait), so that no partition is closed mid-commit.
     before_change: Callable[[set[PartitionKey] | None], None] = lambda closing: None
     # Called after partitions were taken over: recovering is progress (router.watchdog).
     on_takeover: Callable[[], None] = lambda: None
     # Partitions an orderly rebalance revoked, kept whole (decision state, store, producer)
     # until the next assignment says whether they stay: see :meth:`on_revoke`.
     parked: dict[PartitionKey, Owned] = field(default_factory=dict)
-    # Where each raw partition was put, until its first record confirms it (router.positions).
+    # Where each raw partition was put, until its first record confirms it
+    # (router.durability.positions).
     positions: PositionCheck = field(default_factory=PositionCheck)
     # The group's assignment is incremental (router.base.kafka_io.assignment_strategy): the
     # callbacks are given only the partitions that move, and add or remove just those.
@@ -69,7 +70,7 @@ class Assignment:
         self.before_change(set(self.parked) - set(keys))   # the parked ones that moved
         if self.txn is not None and keys:
             # once for every partition given, kept or new: the writers that hold one back are
-            # named by the checkpoints of all of them (router.fencing)
+            # named by the checkpoints of all of them (router.durability.fencing)
             self.txn.start()
             self._end_open_transactions(set(keys))
         kept = self._unwritten_since([k for k in keys if k in self.parked])
@@ -136,8 +137,8 @@ class Assignment:
         transactions they are parked as revoked ones are (:meth:`on_revoke`), and for the same
         reason: a partition given back that someone else wrote in between is taken over
         properly (:meth:`_unwritten_since`), and this worker's commits in flight with the lost
-        session's generation are refused by the group (router.transactions). A session lost to a
-        moving group coordinator, after which the group gives every worker its partitions
+        session's generation are refused by the group (router.durability.transactions). A session
+        lost to a moving group coordinator, after which the group gives every worker its partitions
         back, then costs no takeover. Without transactions nothing fences: they are given
         up."""
         log.warning("partitions lost (session expired): %s",
@@ -163,7 +164,8 @@ class Assignment:
 
     def drop(self, keys: set[PartitionKey], discard: bool = False) -> None:
         """Give partitions up: close their stores (``discard``: the worker is rebuilding its
-        clients, and its producers are reset: router.transactions.WorkerTransactions.reset)."""
+        clients, and its producers are reset:
+        router.durability.transactions.WorkerTransactions.reset)."""
         gone = {k: o for k in keys if (o := self.owned.pop(k, None)) is not None}
         self._close(gone)
         if self.txn is not None:
@@ -228,8 +230,8 @@ class Assignment:
         """The parked partitions of ``keys`` that no other worker wrote since this worker's
         last checkpoint of them (the others are closed and taken over again): the newest
         checkpoint in the topic's order is still this worker's, of its ownership generation.
-        The caller has ended the transactions still open on them (router.fencing): a worker
-        that received a partition in between may still have been committing it."""
+        The caller has ended the transactions still open on them (router.durability.fencing): a
+        worker that received a partition in between may still have been committing it."""
         if not keys or self.txn is None:
             return keys
         last = last_written(client_conf(self.settings), self.ckpt_topic, set(keys))
@@ -251,11 +253,11 @@ class Assignment:
 
     def _resume(self, consumer: Consumer, keys: list[PartitionKey],
                 ended: bool = False) -> dict[PartitionKey, Owned]:
-        """Take partitions over from their newest checkpoints (router.takeover). With
+        """Take partitions over from their newest checkpoints (router.durability.takeover). With
         transactions, first start the worker's producers (which aborts its own transactions
         of a previous run), and end the previous owners' open transactions on the partitions'
-        outputs and on the checkpoint topic (router.fencing; ``ended``: the caller did), so
-        that the newest committed checkpoint is the one read and nothing is committed under
+        outputs and on the checkpoint topic (router.durability.fencing; ``ended``: the caller did),
+        so that the newest committed checkpoint is the one read and nothing is committed under
         the read-back."""
         if not keys:
             return {}

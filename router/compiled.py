@@ -50,9 +50,9 @@ from confluent_kafka import KafkaException, Message, Producer
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
 from router.dedup.bloom import MASK_SHIFT, MASKS
-from router.inline_output import InlineStream
-from router.output_writer import Output
-from router.partition import Owned
+from router.durability.inline_output import InlineStream
+from router.durability.output_writer import Output
+from router.durability.partition import Owned
 from router.rule.identity import record_identity
 
 if TYPE_CHECKING:

@@ -8,32 +8,32 @@ than a batched confluent-kafka loop, and the router must keep up with the loop (
 Per batch, in this order (the durability argument of DESIGN.md rests on it):
 
 1. consume up to ``batch_records`` records (a setting: 80,000 by default; why so many: the
-   module docstring of router.batch_end); rebalance callbacks run only here, between batches,
-   so a revoked partition never has undelivered output (the callbacks: router.assignment;
-   taking a partition over: router.takeover);
+   module docstring of router.durability.batch_end); rebalance callbacks run only here, between
+   batches, so a revoked partition never has undelivered output (the callbacks: router.assignment;
+   taking a partition over: router.durability.takeover);
 2. decide every record with its partition's :class:`PartitionRouter`; apply new plans to every
-   owned partition; queue the output (router.output_writer);
-3. (steps 3 to 5: router.batch_end) write each changed partition's :class:`Checkpoint`
+   owned partition; queue the output (router.durability.output_writer);
+3. (steps 3 to 5: router.durability.batch_end) write each changed partition's :class:`Checkpoint`
    (resume offsets that never pass a held or undecided record, nor one whose output is
-   queued in this batch: router.durability; the decision state; where to read the output
+   queued in this batch: router.durability.resume; the decision state; where to read the output
    back from) and wait for it. A crash after this point and before delivery replays the
    batch's records from the checkpoint: the read-back finds what was delivered (not
    forwarded again) and the rest is forwarded then;
-4. check that the partitions are still owned (router.ownership), look for another writer's
-   records in the output, produce outputs / dead letters / shadows, wait for delivery;
+4. check that the partitions are still owned (router.durability.ownership), look for another
+   writer's records in the output, produce outputs / dead letters / shadows, wait for delivery;
 5. flush the dedup stores (identities of delivered records + checkpoint seq), commit the resume
    offsets to the group (for lag tooling; resuming uses the checkpoint).
 
-With transactions (router.transactions) steps 3 and 4 are one transaction per partition,
+With transactions (router.durability.transactions) steps 3 and 4 are one transaction per partition,
 committed after delivery: an aborted partition is taken over again from its checkpoint and
 replayed, and a fenced worker (a newer owner exists) gives up its partitions and rejoins.
 There the order inside a transaction does not matter, so step 2 already produces each
-partition's forwards into its transaction as they are decided (router.inline_output), after
-the ownership and foreign-write checks of step 4 for that partition; step 4's wait for
+partition's forwards into its transaction as they are decided (router.durability.inline_output),
+after the ownership and foreign-write checks of step 4 for that partition; step 4's wait for
 delivery and its check of where the output landed (a batch that did not land right after the
 known end is aborted), the commit and step 5's store flush run in each partition's commit
 thread; and they complete while the next batch is consumed (step 1), before any of its
-records is decided (router.batch_end).
+records is decided (router.durability.batch_end).
 
 The per-record loop of step 2 runs compiled where it can (router.compiled); the interpreted
 loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.
@@ -78,28 +78,28 @@ from router.base.kafka_io import (
     data_consumer_conf,
     wait_for_broker,
 )
-from router.batch_end import NOTHING_STALE, BatchEnd, Stale
-from router.checkpoint import checkpoint_topic
 from router.control import ControlReader, PlanAccepted, recover_plans
 from router.dedup.memory import StoreMemory
-from router.durability import Headers, Ref
-from router.gc_pause import batch_gc_pause, freeze_start_up
-from router.held_reads import read_before, rewind_if_changed
-from router.inline_output import Forward, InlineStream
-from router.output_writer import OutputWriter
-from router.ownership import PollClock
-from router.partition import Owned, RouteRuntime
-from router.rebuilds import RebuildBudget, RebuildsExhausted
-from router.rule.decision import Decision, Incoming, Outcome
-from router.rule.oversize import DEFAULT_LIMIT, size_conf
-from router.status_publisher import PartitionView, StatusBoard
-from router.topics import check_routes, ensure_checkpoint_topic
-from router.transactions import (
+from router.durability.batch_end import NOTHING_STALE, BatchEnd, Stale
+from router.durability.checkpoint import checkpoint_topic
+from router.durability.inline_output import Forward, InlineStream
+from router.durability.output_writer import OutputWriter
+from router.durability.ownership import PollClock
+from router.durability.partition import Owned, RouteRuntime
+from router.durability.resume import Headers, Ref
+from router.durability.transactions import (
     Failed,
     PartitionKey,
     WorkerTransactions,
     transactions_on,
 )
+from router.gc_pause import batch_gc_pause, freeze_start_up
+from router.held_reads import read_before, rewind_if_changed
+from router.rebuilds import RebuildBudget, RebuildsExhausted
+from router.rule.decision import Decision, Incoming, Outcome
+from router.rule.oversize import DEFAULT_LIMIT, size_conf
+from router.status_publisher import PartitionView, StatusBoard
+from router.topics import check_routes, ensure_checkpoint_topic
 from router.watchdog import Progress, Watchdog
 
 log = logging.getLogger("cutover.router")
@@ -303,8 +303,8 @@ class DataPath:
 
     def _check_positions(self, msgs: list[Message]) -> list[Message]:
         """The first record of each partition the data path positioned must come from that
-        position (router.positions); a partition that skipped ahead is put there again, and
-        its records of this batch are left undecided."""
+        position (router.durability.positions); a partition that skipped ahead is put there again,
+        and its records of this batch are left undecided."""
         assert self._consumer is not None and self._parts is not None
         check = self._parts.positions.check(self._consumer, msgs, self._parts.by_tp)
         if check.seek:
@@ -470,8 +470,8 @@ class DataPath:
         """Note the data consumer's group metadata as it stands (None without a member id: the
         client blanks it when its session is lost, and the group coordinator does not check a
         blank generation). On this thread, after every consume and at the start of every
-        rebalance callback: the commit threads read what was noted (router.transactions) and
-        never call the consumer, which the client lets one thread use at a time (a commit
+        rebalance callback: the commit threads read what was noted (router.durability.transactions)
+        and never call the consumer, which the client lets one thread use at a time (a commit
         thread asking it while this one waits for that commit in a rebalance callback would
         wait for ever)."""
         consumer = self._consumer
@@ -486,7 +486,7 @@ class DataPath:
 
     def _set_aside(self, msgs: list[Message]) -> list[Message]:
         """Per partition, not per worker: a partition whose last commit is still in flight
-        (router.batch_end.BatchEnd.settle), or whose output end its leader did not give
+        (router.durability.batch_end.BatchEnd.settle), or whose output end its leader did not give
         (:meth:`_check_output_ends`), is set aside while the others go on. It is paused, and
         its records consumed meanwhile are kept back, in order, and decided first once it is
         clear (before anything it is given after its resume); plans reach it then too
@@ -545,7 +545,7 @@ class DataPath:
         """Before a batch's first record is decided (with transactions, where forwards are
         produced as decided): ownership, and the end of every owned output partition not set
         aside, in one request (another writer's records there are taken in first:
-        router.output_writer). A partition whose end is not answered is set aside for
+        router.durability.output_writer). A partition whose end is not answered is set aside for
         ``ENDS_RETRY_S``, and asked again then, of its new leader if Kafka has elected one."""
         assert self._end is not None and self._writer is not None
         try:
@@ -576,7 +576,7 @@ class DataPath:
 
     def _refresh_leaders(self) -> None:
         """Have the producers of the partitions due (``_refresh_due``) ask for their leaders,
-        in the background (router.transactions.WorkerTransactions.refresh_leaders). Why
+        in the background (router.durability.transactions.WorkerTransactions.refresh_leaders). Why
         these moments: a producer keeps the leaders it knows until a request to one times out.
         Kafka moves a frozen or dead broker's partitions within its session timeout, and a
         worker's next batches, produced to the old leader, would each wait out the socket
@@ -709,7 +709,7 @@ class DataPath:
 
     def _sender(self, owned: Owned, general: bool) -> Forward:
         """How a run of ``owned``'s records sends its forwards: with transactions, produced
-        as decided (router.inline_output), else queued for the batch's end."""
+        as decided (router.durability.inline_output), else queued for the batch's end."""
         assert self._writer is not None
         stream = self._stream(owned, general)
         return stream.send if stream is not None and stream.live else self._writer.forward
@@ -850,7 +850,7 @@ class DataPath:
         """After a failed batch: a fenced producer means a newer owner has the partition, so
         give up every partition and rejoin the group (the group says who owns what); aborted
         partitions are taken over again from their checkpoints and replayed. Returns the
-        records consumed since that are read again (router.batch_end.Stale)."""
+        records consumed since that are read again (router.durability.batch_end.Stale)."""
         assert self._consumer is not None and self._parts is not None
         if failed.fenced:
             raise ProducerFenced(f"partitions {sorted(failed.fenced)} have a newer owner "

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from cutover.headers import HeaderError, RecordKind, data_envelope, parse_headers
-from router.partition import Owned
+from router.durability.partition import Owned
 from router.rule.held_bound import Pass
 
 log = logging.getLogger("cutover.router")

@@ -16,7 +16,7 @@ from cutover.settings import RouterSettings
 from cutover.topic_configs import STATE_TOPIC_CONFIG
 from router.base.errors import RouterConfigError
 from router.base.kafka_io import client_conf, partitions_of
-from router.partition import RouteRuntime
+from router.durability.partition import RouteRuntime
 from router.rule.identity import identity_function
 from router.rule.oversize import producer_limit, read_limits
 

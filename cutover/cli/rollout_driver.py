@@ -62,7 +62,7 @@ from cutover.rollout.metrics import prometheus
 from cutover.rollout.notify import EventSink
 from cutover.settings import RouterSettings
 from router.base.kafka_io import BrokerUnavailable
-from router.output_tally import OutputTally
+from router.durability.output_tally import OutputTally
 
 HEARTBEAT_S = 5.0
 

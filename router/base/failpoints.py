@@ -8,7 +8,7 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
 * ``after-checkpoint``: exit at once after a batch's checkpoint is written, before its output;
 * ``txn-before-send``: the batch's transactions are open, nothing of it is sent yet;
 * ``txn-after-send``: a partition's records of the batch are delivered and checked, its
-  transaction not committed (in its commit thread: router.transactions.write_batch);
+  transaction not committed (in its commit thread: router.durability.transactions.write_batch);
 * ``txn-commit-timeout``: the first commit is given no time (a real client timeout);
 * ``txn-commit-fails``: the first commit takes half a second and then fails as one that
   needs an abort (it is aborted, and the partition replayed), while the worker consumes the

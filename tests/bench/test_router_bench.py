@@ -128,7 +128,7 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     """The least a transactional router does on this data, and nothing else: the pass-through
     loop, but it forwards only one version's records (half of them, as the router does) through
     one transactional producer per partition and commits each partition's transaction per
-    batch (router.transactions' shape, without checkpoints, dedup, checks or a plan). Its
+    batch (router.durability.transactions' shape, without checkpoints, dedup, checks or a plan). Its
     records/s over the pass-through loop's is the ceiling of the router's figure here. Its
     batches are the router's (the ``batch_records`` setting's default), as its transactions
     are."""

@@ -19,7 +19,7 @@ from cutover.broker_capabilities import (
 from cutover.demo_broker import EmbeddedBroker, free_port
 from cutover.settings import RouterSettings, Transactions, parse_settings
 from router.base.kafka_io import base_conf
-from router.transactions import transactions_on
+from router.durability.transactions import transactions_on
 from testground.brokers import BrokerUnderTest
 
 API_VERSIONS, METADATA, PRODUCE, FETCH = 18, 3, 0, 1

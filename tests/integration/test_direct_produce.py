@@ -25,9 +25,9 @@ from cutover.settings import RouteSettings, parse_settings
 from router import compiled
 from router.datapath import DataPath
 from router.dedup.store import DedupStore
-from router.durability import Durability
-from router.output_writer import OutputWriter
-from router.partition import Owned, RouteRuntime
+from router.durability.output_writer import OutputWriter
+from router.durability.partition import Owned, RouteRuntime
+from router.durability.resume import Durability
 from router.rule.decision import PartitionRouter
 from router.rule.identity import record_identity
 from testground.brokers import BrokerUnderTest, create_topics

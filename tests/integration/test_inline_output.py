@@ -1,4 +1,5 @@
-"""A transactional batch's forwards produced as decided (router.inline_output), on the broker.
+"""A transactional batch's forwards produced as decided (router.durability.inline_output), on the
+broker.
 
 The stream holds back each output partition's newest forward, so the batch's last record is
 the one produced at its end; a forward decided on the general path goes into the stream too,
@@ -20,9 +21,9 @@ from cutover.headers import SRC
 from cutover.settings import RouteSettings
 from router.base.errors import OutputWriteFailed
 from router.dedup.store import DedupStore
-from router.durability import Durability
-from router.output_writer import OutputWriter
-from router.partition import Owned, RouteRuntime
+from router.durability.output_writer import OutputWriter
+from router.durability.partition import Owned, RouteRuntime
+from router.durability.resume import Durability
 from router.rule.decision import PartitionRouter
 from router.rule.identity import record_identity
 from testground.brokers import BrokerUnderTest, create_topics
@@ -125,7 +126,7 @@ def test_forwards_are_produced_as_decided_and_land_in_decision_order(
 def test_a_produce_error_queues_the_rest_for_the_batch_s_end(broker: BrokerUnderTest,
                                                              tmp_path: Path) -> None:
     """The error is met again where the batch's end produces, which aborts the batch
-    (router.transactions); the stream loses nothing and keeps the order meanwhile."""
+    (router.durability.transactions); the stream loses nothing and keeps the order meanwhile."""
     t = _Transactional.start(broker, tmp_path)   # no transaction begun: a produce is refused
     raw, owned, writer = t.raw, t.owned, t.writer
     stream = writer.open_stream(owned, t.producer)
@@ -143,8 +144,8 @@ def test_another_writer_s_records_inside_the_open_transaction_fail_the_delivery_
     """They land past the last stable offset, which the batch's own transaction holds at its
     first record, so they cannot be read before the transaction ends: the check before the
     commit refuses the batch, whose transaction is then aborted and replayed from its
-    checkpoint (router.transactions), and the replay's read back takes them in. Aborted here,
-    they become readable, after the batch's own end."""
+    checkpoint (router.durability.transactions), and the replay's read back takes them in. Aborted
+    here, they become readable, after the batch's own end."""
     t = _Transactional.start(broker, tmp_path)
     raw, out, owned, producer, writer = t.raw, t.out, t.owned, t.producer, t.writer
     writer.fence_foreign_writes([owned], every=True)
@@ -172,8 +173,8 @@ def test_taking_in_another_writer_s_records_writes_no_identity_of_the_open_batch
     """The check before producing reads another writer's records in and writes their
     identities to the store at once (the next checkpoint may read back from past them); the
     batch's own forwards, decided and not yet delivered, must not reach the store's disk with
-    them. The store is trusted one checkpoint behind (router.takeover): an identity written
-    before its record was delivered made the record's replay, after an abort or a crash, a
+    them. The store is trusted one checkpoint behind (router.durability.takeover): an identity
+    written before its record was delivered made the record's replay, after an abort or a crash, a
     duplicate, and the record was lost."""
     t = _Transactional.start(broker, tmp_path)
     raw, out, owned, writer = t.raw, t.out, t.owned, t.writer

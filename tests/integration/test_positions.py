@@ -1,4 +1,4 @@
-"""router.positions on a real broker: the first record a positioned partition delivers is
+"""router.durability.positions on a real broker: the first record a positioned partition delivers is
 checked against the position the data path gave it.
 
 A client that lost a position is the boundary here: the test records a position without
@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from router.base.errors import ConsumerFailed
-from router.positions import MAX_RESEEKS, PositionCheck
+from router.durability.positions import MAX_RESEEKS, PositionCheck
 
 pytestmark = pytest.mark.broker
 

@@ -14,10 +14,10 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from cutover.headers import SRC, TaggedRecord
 from router.base.kafka_io import base_conf
-from router.checkpoint import Checkpoint, read_checkpoints, write_checkpoints
-from router.fencing import end_open_transactions, open_transactions
+from router.durability.checkpoint import Checkpoint, read_checkpoints, write_checkpoints
+from router.durability.fencing import end_open_transactions, open_transactions
+from router.durability.transactions import slot_ids
 from router.rule.decision import PartitionSnapshot
-from router.transactions import slot_ids
 from testground.brokers import BrokerUnderTest, end_offsets
 from tests.integration.harness import Env, Job, RouterProcess, check_output, events
 

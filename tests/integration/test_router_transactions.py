@@ -23,7 +23,7 @@ from cutover.settings import RouterSettings
 from cutover.topic_admin import create_topics
 from router.base.errors import BatchAborted
 from router.base.kafka_io import base_conf, read_to_end
-from router.transactions import Slot, WorkerTransactions
+from router.durability.transactions import Slot, WorkerTransactions
 from testground.brokers import BrokerUnderTest
 from tests.integration.harness import (
     Env,
@@ -93,12 +93,12 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
 @pytest.mark.parametrize("failpoint", ["txn-commit-fails", "txn-commit-fails-slowly"])
 def test_records_consumed_while_a_commit_fails_are_read_again(
         broker: BrokerUnderTest, tmp_path: Path, failpoint: str) -> None:
-    """A batch's commit completes while the worker consumes the next batch (router.batch_end).
-    When it fails, the partition is taken over again from its checkpoint, and the records
-    already consumed of it are dropped and read again from there: every record is in the
-    output once, in order. The job emits without pause while the commit fails (it takes half
-    a second, or, slowly, long enough that the partition is set aside and paused meanwhile),
-    so the consume in between has records of the partition."""
+    """A batch's commit completes while the worker consumes the next batch
+    (router.durability.batch_end). When it fails, the partition is taken over again from its
+    checkpoint, and the records already consumed of it are dropped and read again from there: every
+    record is in the output once, in order. The job emits without pause while the commit fails (it
+    takes half a second, or, slowly, long enough that the partition is set aside and paused
+    meanwhile), so the consume in between has records of the partition."""
     if broker.kind == "tansu":
         pytest.skip("transactions are off on Tansu")
     env = Env(broker.bootstrap, tmp_path, partitions=1)

@@ -1,4 +1,4 @@
-"""Resume offsets never pass a held, undecided or undelivered record (router.durability)."""
+"""Resume offsets never pass a held, undecided or undelivered record (router.durability.resume)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.durability import Ahead, Durability, Ref
+from router.durability.resume import Ahead, Durability, Ref
 
 RETENTION = 1000
 

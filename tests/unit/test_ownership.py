@@ -1,11 +1,11 @@
-"""Only the owner of raw partition p writes output partition p (router.ownership)."""
+"""Only the owner of raw partition p writes output partition p (router.durability.ownership)."""
 
 from __future__ import annotations
 
 import pytest
 
 from router.base.errors import OwnershipLost
-from router.ownership import check_ownership
+from router.durability.ownership import check_ownership
 
 INPUTS = {"r": ["r.blue", "r.green"]}
 

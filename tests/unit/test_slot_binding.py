@@ -1,5 +1,5 @@
-"""Which producer a partition writes through (router.transactions): the slot of its output
-partition's leader, bound for a batch, and held back only while that slot commits.
+"""Which producer a partition writes through (router.durability.transactions): the slot of its
+output partition's leader, bound for a batch, and held back only while that slot commits.
 
 The producers are stand-ins: what is under test is the binding, not the client."""
 
@@ -10,7 +10,13 @@ from typing import Any, cast
 from confluent_kafka import Producer
 
 from cutover.settings import RouterSettings
-from router.transactions import MAX_SLOTS, Slot, WorkerTransactions, slot_ids, slot_of_broker
+from router.durability.transactions import (
+    MAX_SLOTS,
+    Slot,
+    WorkerTransactions,
+    slot_ids,
+    slot_of_broker,
+)
 
 
 class StandInProducer:

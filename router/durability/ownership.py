@@ -6,7 +6,7 @@ coordinator). Rebalance callbacks run only in ``consume``, between batches, so t
 checks its assignment together with the time since its last poll: before a batch's checkpoint
 write, right before producing, and after producing (without transactions, after delivery; with
 them, the commit is what a newer owner fences). A late discovery stops the worker; the new
-owner's foreign-write check (router.output_writer) deals with what was written.
+owner's foreign-write check (router.durability.output_writer) deals with what was written.
 """
 
 from __future__ import annotations

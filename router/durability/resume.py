@@ -6,12 +6,12 @@ whose output (forward, dead letter, shadow) is queued but not yet delivered; and
 checkpoint's ``readback_from`` is never above an output record whose raw offset is at or after
 those resume offsets. A batch's checkpoint is durable before its output is produced
 (router.datapath), so a crash in between replays those records and the read-back
-(router.readback) tells what was delivered from what was lost.
+(router.durability.readback) tells what was delivered from what was lost.
 
 The same state keeps the output position the worker knows (what it read back plus what it
 delivered), which is where the next read-back may start, and the point of the output log
 before which every record is older than the dedup retention (``rebuild_from``): a worker whose
-local store is missing rebuilds it from there (router.takeover).
+local store is missing rebuilds it from there (router.durability.takeover).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class ResumePoint(NamedTuple):
 
 
 class CheckpointPoint(NamedTuple):
-    """The durability half of a partition checkpoint (router.checkpoint.Checkpoint)."""
+    """The durability half of a partition checkpoint (router.durability.checkpoint.Checkpoint)."""
 
     seq: int
     offsets: dict[str, int]

@@ -6,9 +6,10 @@ of their own (the ``checkpoint_topic`` setting, default ``<group_id>.checkpoints
 of that batch is produced, so the newest checkpoint's state always covers every decision whose
 output may exist, and its resume offsets do not pass any record whose output is not yet
 delivered; with pinned boundaries, re-deciding records from the checkpoint's offsets with that
-state gives the same decisions (see router.durability). With transactions (router.transactions)
-it is written in the same transaction as the batch's output and read with ``read_committed``:
-an aborted batch's checkpoint is never read, a committed one comes with all its output.
+state gives the same decisions (see router.durability.resume). With transactions
+(router.durability.transactions) it is written in the same transaction as the batch's output and
+read with ``read_committed``: an aborted batch's checkpoint is never read, a committed one comes
+with all its output.
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """A transactional batch's forwards, produced while the rest of the batch is being decided.
 
-Why: with transactions a partition's checkpoint and output commit together (router.transactions),
-so the order in which they are produced inside the transaction does not matter to durability.
-Producing each forward as it is decided lets the client send it while the loop decides the next
-records, instead of producing every record of the batch at its end and then waiting for them
-(docs/decisions/010-transactional-output-as-decided.md). Without transactions the checkpoint
-must be durable before any output (router.datapath), so the output is queued.
+Why: with transactions a partition's checkpoint and output commit together
+(router.durability.transactions), so the order in which they are produced inside the transaction
+does not matter to durability. Producing each forward as it is decided lets the client send it while
+the loop decides the next records, instead of producing every record of the batch at its end and
+then waiting for them (docs/decisions/010-transactional-output-as-decided.md). Without transactions
+the checkpoint must be durable before any output (router.datapath), so the output is queued.
 
 One :class:`InlineStream` per output partition and batch. It holds back its newest forward:
 at the batch's end that record is queued and produced last, so it is the one whose delivery
-report says where the batch landed (router.output_writer.last_records). A forward decided on
-the general path (a release of held records, a record the compiled path left) goes into the
-live stream the same way (router.output_writer.OutputWriter.forward), so one output
+report says where the batch landed (router.durability.output_writer.last_records). A forward decided
+on the general path (a release of held records, a record the compiled path left) goes into the
+live stream the same way (router.durability.output_writer.OutputWriter.forward), so one output
 partition's records are always produced in the order they were decided, and none waits for
 the batch's end. A produce error stops the stream (:meth:`InlineStream.stop`): the records are
 queued, and the batch's end meets the error where it aborts the batch.
@@ -30,13 +30,13 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from cutover.headers import SRC
-from router.durability import Headers
-from router.partition import Owned
+from router.durability.partition import Owned
+from router.durability.resume import Headers
 from router.rule.oversize import is_too_large
 
 log = logging.getLogger("cutover.router")
 
-# (topic, partition, key, value, headers, bg.src): router.output_writer's Output
+# (topic, partition, key, value, headers, bg.src): router.durability.output_writer's Output
 Queued = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
 Forward = Callable[[Owned, str, int, "Headers | None", "bytes | None", "bytes | None"], None]
 
@@ -47,7 +47,7 @@ class InlineStream:
     __slots__ = ("held", "live", "output", "owned", "producer", "writer")
 
     def __init__(self, output: str, producer: Producer, writer: Any, owned: Owned) -> None:
-        """``writer``: the batch's router.output_writer.OutputWriter: its ``queue``, its
+        """``writer``: the batch's router.durability.output_writer.OutputWriter: its ``queue``, its
         queueing ``forward`` once the stream has stopped, and its ``refuse``."""
         self.output = output
         self.owned = owned

@@ -1,7 +1,7 @@
 """Ending a previous owner's open transactions before a takeover reads anything back.
 
-Under the worker's own transactional ids (router.transactions) a partition's new owner does
-not fence the previous one by starting a producer. What stops a previous owner instead:
+Under the worker's own transactional ids (router.durability.transactions) a partition's new owner
+does not fence the previous one by starting a producer. What stops a previous owner instead:
 
 * its offsets: a transaction sends its partitions' offsets with the group metadata of the
   consume that confirmed ownership, and the group coordinator refuses them once the group has
@@ -37,8 +37,8 @@ from confluent_kafka.admin import AdminClient
 from pydantic import ValidationError
 
 from router.base.kafka_io import end_offsets, partitions_of, read_to_end, reader_conf
-from router.checkpoint import Checkpoint, checkpoint_key, read_checkpoints
-from router.transactions import INIT_TIMEOUT_S, PartitionKey, slot_ids
+from router.durability.checkpoint import Checkpoint, checkpoint_key, read_checkpoints
+from router.durability.transactions import INIT_TIMEOUT_S, PartitionKey, slot_ids
 
 log = logging.getLogger("cutover.router")
 

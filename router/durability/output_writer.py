@@ -1,18 +1,18 @@
 """A batch's output: queued by the loop, fenced against another writer, produced, checked.
 
-Output partition ``p`` has one writer, the owner of raw partition ``p`` (router.ownership).
-Before producing, the writer asks for the end of every output partition it has records for: a
-previous owner that stalled after its last ownership check (a zombie) can still deliver one
-batch after this worker read the output back. Those records are read and absorbed (their raw
-offsets join the skip set, their identities the dedup store; queued outputs they already cover
-are dropped). After delivery it checks that each output partition received exactly its records,
-contiguously after the end it knew. Without transactions anything else in between is absorbed
-the same way and reported (:meth:`OutputWriter.settle`). With them the check runs in each
-partition's commit thread, before its commit (:meth:`Sent.check`), and a partition whose batch
-did not land contiguously is aborted and replayed from its checkpoint: what another writer put
-among the batch's own records cannot be read while the batch's transaction is open, and can
-once it is aborted. The data path's thread does not wait for the delivery: it consumes the next
-batch meanwhile (router.batch_end).
+Output partition ``p`` has one writer, the owner of raw partition ``p``
+(router.durability.ownership). Before producing, the writer asks for the end of every output
+partition it has records for: a previous owner that stalled after its last ownership check (a
+zombie) can still deliver one batch after this worker read the output back. Those records are read
+and absorbed (their raw offsets join the skip set, their identities the dedup store; queued outputs
+they already cover are dropped). After delivery it checks that each output partition received
+exactly its records, contiguously after the end it knew. Without transactions anything else in
+between is absorbed the same way and reported (:meth:`OutputWriter.settle`). With them the check
+runs in each partition's commit thread, before its commit (:meth:`Sent.check`), and a partition
+whose batch did not land contiguously is aborted and replayed from its checkpoint: what another
+writer put among the batch's own records cannot be read while the batch's transaction is open, and
+can once it is aborted. The data path's thread does not wait for the delivery: it consumes the next
+batch meanwhile (router.durability.batch_end).
 
 Each queued output is a plain tuple (:data:`Output`), read by unpacking: the loop builds one per
 forwarded record, and a NamedTuple costs several times as much to build
@@ -32,10 +32,10 @@ from cutover.headers import ERROR, SRC
 from cutover.kafka_types import DataMessage
 from router.base.errors import OutputWriteFailed
 from router.base.kafka_io import ATTEMPT_S, end_offsets_each, read_to_end
-from router.durability import Durability, Headers, Ref
-from router.inline_output import InlineStream
-from router.partition import Owned
-from router.readback import Identities, ReadBack, note
+from router.durability.inline_output import InlineStream
+from router.durability.partition import Owned
+from router.durability.readback import Identities, ReadBack, note
+from router.durability.resume import Durability, Headers, Ref
 from router.rule.oversize import HEADER_ROOM, dead_letter_of, wire_size, without_value
 
 log = logging.getLogger("cutover.router")
@@ -57,8 +57,8 @@ def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, De
     Why one report is enough there: a transactional producer is idempotent, so one partition's
     records land in the order produced, each once; and a record that fails makes the
     transaction abortable, so its commit fails and the batch is replayed from its checkpoint
-    (router.transactions). The last record's offset alone then says whether the batch landed
-    contiguously after the end this worker knew. Why not report every record: a delivery
+    (router.durability.transactions). The last record's offset alone then says whether the batch
+    landed contiguously after the end this worker knew. Why not report every record: a delivery
     report costs more CPU than the router's whole routing of the record
     (docs/decisions/008-compiled-per-record-path.md). The scan stops once every tracked
     partition is found (the output is interleaved: a few records from the end)."""
@@ -138,9 +138,10 @@ class OutputWriter:
     def forward(self, owned: Owned, topic: str, off: int, headers: Headers | None,
                 key: bytes | None, value: bytes | None) -> None:
         """Forward raw record (topic, off) to output partition p, with its ``bg.src``: into
-        the partition's output stream of this batch while it is live (router.inline_output;
-        a release of held records or a record the compiled path left, produced as decided
-        and in decision order like the fast path's), else queued for the batch's end."""
+        the partition's output stream of this batch while it is live
+        (router.durability.inline_output; a release of held records or a record the compiled path
+        left, produced as decided and in decision order like the fast path's), else queued for the
+        batch's end."""
         p = owned.partition
         if self.streams:
             stream = self.streams.get((owned.route.settings.output, p))
@@ -223,7 +224,7 @@ class OutputWriter:
                 self.queue.append(without_value(out, refused_by.route.max_record_bytes))
 
     def open_stream(self, owned: Owned, producer: Producer) -> InlineStream:
-        """The partition's stream for this batch (router.inline_output); the caller has
+        """The partition's stream for this batch (router.durability.inline_output); the caller has
         checked ownership, fenced (:meth:`fence_foreign_writes`) and begun the transaction."""
         dest = (owned.route.settings.output, owned.partition)
         stream = self.streams.get(dest)
@@ -315,10 +316,10 @@ class OutputWriter:
         foreign, resume = a.foreign, a.resume
         # Their identities are written now (the next checkpoint may read back from past them),
         # apart from the open batch's, which stay buffered until it is delivered
-        # (router.batch_end.flush_store). Written with them, the store held
+        # (router.durability.batch_end.flush_store). Written with them, the store held
         # identities of records never forwarded after an abort or a crash before delivery; it
-        # is trusted one checkpoint behind (router.takeover), so their replay found them and
-        # suppressed them as duplicates.
+        # is trusted one checkpoint behind (router.durability.takeover), so their replay found them
+        # and suppressed them as duplicates.
         owned.store.write_now(a.found)
         dropped: set[bytes] = set()
         if foreign and dur.queued:
@@ -355,7 +356,7 @@ class OutputWriter:
         """Produce the queued batch, waiting for nothing: :meth:`settle` waits and checks it
         (without transactions), or each partition's commit thread does (:meth:`Sent.check`).
         ``producer_of(topic, partition)``: the partition's transactional producer
-        (router.transactions), else the worker's one."""
+        (router.durability.transactions), else the worker's one."""
         parts = list(parts)
         self._refuse_oversize(parts)
         writing = [o for o in parts if o.durability.queued]

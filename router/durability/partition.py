@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from cutover.settings import RouteSettings
 from router.dedup.store import DedupStore
-from router.durability import Durability, Ref
+from router.durability.resume import Durability, Ref
 from router.rule.decision import PartitionRouter
 from router.rule.held_bound import HeldBound
 from router.rule.identity import IdentityFn

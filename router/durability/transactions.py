@@ -24,7 +24,8 @@ A previous owner that sent its offsets and froze before its commit, or whose par
 revoked while its commit was in flight, is not stopped by that: the new owner waits for the
 open transactions on its partitions' outputs and checkpoints to end, and fences their writers
 by id after
-:data:`router.fencing.FENCE_GRACE_S` (router.fencing), before it reads anything back.
+:data:`router.durability.fencing.FENCE_GRACE_S` (router.durability.fencing), before it reads
+anything back.
 
 Failures: a retriable commit error (a timeout) is retried; one that requires an abort aborts,
 and the slot's partitions are replayed from their checkpoints (:class:`BatchAborted`), as are
@@ -60,9 +61,9 @@ from router.base.errors import (
 )
 from router.base.failpoints import ARMED, active, fire, pause_at, raise_at
 from router.base.kafka_io import client_conf
-from router.checkpoint import Checkpoint, produce_checkpoint
-from router.output_writer import Sent
-from router.partition import Owned
+from router.durability.checkpoint import Checkpoint, produce_checkpoint
+from router.durability.output_writer import Sent
+from router.durability.partition import Owned
 from router.rule.oversize import DEFAULT_LIMIT, size_conf
 
 log = logging.getLogger("cutover.router")
@@ -84,8 +85,8 @@ COMMIT_STALL_S = 10.0      # how long the ``txn-commit-stalls`` failpoint's comm
 COMMIT_SLOW_S = 1.5        # how long each commit takes under ``txn-commits-slow``
 # How long a producer lets its records gather before it sends them. A batch's output is
 # visible only once its transaction commits, and the commit thread flushes it first
-# (router.output_writer.Sent.check), so the wait adds nothing a read_committed consumer sees
-# (docs/decisions/010-transactional-output-as-decided.md).
+# (router.durability.output_writer.Sent.check), so the wait adds nothing a read_committed consumer
+# sees (docs/decisions/010-transactional-output-as-decided.md).
 LINGER_MS = 25
 
 _FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
@@ -279,7 +280,7 @@ class WorkerTransactions:
     def reset(self) -> None:
         """Forget every producer (the worker is rebuilding its clients): what they still hold
         is purged; their open transactions are aborted by the next :meth:`start` (same ids) or
-        by a newer owner's fencing (router.fencing)."""
+        by a newer owner's fencing (router.durability.fencing)."""
         for slot in self.slots.values():
             with contextlib.suppress(KafkaException, RuntimeError):
                 slot.producer.purge(in_queue=True, in_flight=True, blocking=False)
@@ -363,7 +364,7 @@ class WorkerTransactions:
     def begin(self, keys: Iterable[PartitionKey]) -> None:
         """Bind ``keys`` and begin their slots' transactions not begun yet in this batch (a
         partition whose output is produced as decided began before the batch's end:
-        router.inline_output)."""
+        router.durability.inline_output)."""
         for key in keys:
             self.producer_of_key(key)
             slot = self.bound[key]
@@ -494,10 +495,11 @@ class Failed(NamedTuple):
 @dataclass
 class Commits:
     """A batch's commits, issued (one per slot, each in a thread of its own, followed there by
-    its partitions' store flushes) and not waited for yet (router.batch_end.BatchEnd.settle).
-    Why not wait at once: a commit is round trips to the transaction coordinator, in which the
-    worker can already consume the next batch (router.batch_end). ``futures``: each
-    partition's, in ``order`` (the partitions of one slot share theirs)."""
+    its partitions' store flushes) and not waited for yet
+    (router.durability.batch_end.BatchEnd.settle). Why not wait at once: a commit is round trips to
+    the transaction coordinator, in which the worker can already consume the next batch
+    (router.durability.batch_end). ``futures``: each partition's, in ``order`` (the partitions of
+    one slot share theirs)."""
 
     order: list[PartitionKey]
     futures: list[Future[RouterError | None]]

@@ -6,10 +6,10 @@ is a cache: when it is missing or does not belong to that checkpoint (its saved 
 neither the checkpoint's nor the one before), it is emptied and rebuilt from the output log,
 from the checkpoint's ``rebuild_from`` (the oldest output still inside the dedup retention).
 Then, before anything is forwarded, output partition ``p`` is read back from the checkpoint's
-``readback_from`` (router.readback): the raw offsets found there at or after the resume offsets
-are not forwarded again. One read per output topic serves all partitions taken over at once.
+``readback_from`` (router.durability.readback): the raw offsets found there at or after the resume
+offsets are not forwarded again. One read per output topic serves all partitions taken over at once.
 The checkpoint's ownership generation goes up by one, so a previous owner's late checkpoint
-never wins (router.checkpoint).
+never wins (router.durability.checkpoint).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Any
 
 from cutover.plan import CutoverPlan
 from cutover.settings import Handover
-from router.checkpoint import Checkpoint
 from router.dedup.memory import StoreMemory
 from router.dedup.store import DedupStore
-from router.durability import Durability, RebuildMark
-from router.partition import Owned, RouteRuntime
-from router.readback import ReadBack, ReadBackFrom, read_back_outputs
+from router.durability.checkpoint import Checkpoint
+from router.durability.partition import Owned, RouteRuntime
+from router.durability.readback import ReadBack, ReadBackFrom, read_back_outputs
+from router.durability.resume import Durability, RebuildMark
 from router.rule.decision import Outcome, PartitionRouter
 
 log = logging.getLogger("cutover.router")
@@ -95,7 +95,7 @@ def take_over(conf: dict[str, Any], routes: Mapping[str, RouteRuntime],
     """Take over partitions: restore each one's newest checkpoint, then read its output
     partition back (one read per output topic for all partitions taken over), then apply the
     plan held. ``atomic``: each batch's output commits with its checkpoint (transactions;
-    router.durability.Durability.resume_point)."""
+    router.durability.resume.Durability.resume_point)."""
     restored = {(route, p): restore(routes[route], p, ck, state_dir, low_offset, memory)
                 for (route, p), ck in checkpoints.items()}
     readbacks: dict[PartitionKey, ReadBack] = {}

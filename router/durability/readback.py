@@ -4,7 +4,7 @@ The output topic is the record of truth: every record there carries ``bg.src`` (
 topic:partition:offset) and ``bg.event_time``, so a worker that takes over a raw partition
 learns which raw offsets at or after its resume position were already forwarded (they are not
 forwarded again) and refills the dedup store with the identities of what was forwarded. The
-output writer reads another writer's records the same way (router.output_writer).
+output writer reads another writer's records the same way (router.durability.output_writer).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ record.
 
 Without transactions: the checkpoint of every changed partition is written and waited for,
 then the queued output is produced and waited for, then the dedup stores are flushed and
-the resume offsets committed to the group. With transactions (router.transactions): one
+the resume offsets committed to the group. With transactions (router.durability.transactions): one
 transaction per partition holds its checkpoint and its output; each partition's commit thread
 waits for its output and checks where it landed, commits, and flushes its store once it
 committed. Ownership is checked before either write.
@@ -49,11 +49,11 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from router.base.errors import BatchAborted, OutputWriteFailed, ProducerFenced, RouterError
 from router.base.failpoints import fire, pause_at
-from router.checkpoint import Checkpoint, write_checkpoints
-from router.output_writer import OutputWriter, Sent
-from router.ownership import PollClock, check_ownership
-from router.partition import Owned, RouteRuntime
-from router.transactions import (
+from router.durability.checkpoint import Checkpoint, write_checkpoints
+from router.durability.output_writer import OutputWriter, Sent
+from router.durability.ownership import PollClock, check_ownership
+from router.durability.partition import Owned, RouteRuntime
+from router.durability.transactions import (
     BatchWrite,
     Commits,
     Failed,
@@ -154,7 +154,7 @@ class BatchEnd:
     consumer_failed: Callable[[], bool]   # the consumer reported a fatal error
     recover: Callable[[Failed], Stale]
     # The data consumer's group metadata as last noted, if the worker is a member
-    # (router.transactions: a transaction's offsets are sent with it). Read by the commit
+    # (router.durability.transactions: a transaction's offsets are sent with it). Read by the commit
     # threads, which never call the consumer themselves.
     group: Callable[[], bytes | None]
     # Partitions a rebalance revoked and the next assignment has not placed yet (the
@@ -217,7 +217,7 @@ class BatchEnd:
     def plan(self) -> None:
         """At a batch's start, before :meth:`unsettled`: which producer each partition writes
         through in it, and which partitions wait for their producer's commit in flight
-        (router.transactions.WorkerTransactions.plan)."""
+        (router.durability.transactions.WorkerTransactions.plan)."""
         self.blocked = set() if self.txn is None else self.txn.plan(self.owned)
 
     def unsettled(self) -> set[PartitionKey]:
@@ -285,7 +285,7 @@ class BatchEnd:
         coordinator or output leader froze or died may keep waiting on that broker long after
         Kafka moved them (until its request times out, and again if it asked before the move,
         or until the broker comes back). The partition gets a new producer
-        (router.transactions.WorkerTransactions.replace), whose start aborts the stuck
+        (router.durability.transactions.WorkerTransactions.replace), whose start aborts the stuck
         transaction and fences the old producer: the old commit can no longer land after the
         takeover reads the checkpoint and the output back, and if it landed before, the takeover
         reads it. Its commit thread's store flush is called off first (:class:`StoreFlush`),
@@ -337,10 +337,10 @@ class BatchEnd:
         return stale
 
     def check_ownership(self, after_write: bool = False) -> None:
-        """Refuse to write for partitions this worker may no longer own (router.ownership).
-        With transactions, not once the consumer failed fatally in this batch: its assignment
-        then says nothing (the client dropped it), and what guards the partitions is the
-        fencing of their producers by any newer owner, as for a parked partition
+        """Refuse to write for partitions this worker may no longer own
+        (router.durability.ownership). With transactions, not once the consumer failed fatally in
+        this batch: its assignment then says nothing (the client dropped it), and what guards the
+        partitions is the fencing of their producers by any newer owner, as for a parked partition
         (router.assignment); the worker rebuilds its consumer right after the batch."""
         if self.txn is not None and self.consumer_failed():
             return
@@ -371,12 +371,12 @@ class BatchEnd:
         """Produce the batch's queued output (through the partitions' transactional
         producers, if any), checking ownership right before and after. Without transactions
         the output is waited for and checked here; with them each partition's commit thread
-        does it (router.transactions.write_batch), while this thread consumes the next batch.
-        ``checked``: the end of every output partition was read in this batch already, before
-        its first output was produced as decided (router.inline_output, with transactions);
-        the queued output (the records held back to be produced last, and what followed a
-        stream that stopped on a produce error) is then not checked again. A second ask could
-        not see more than the delivery check after it does: once the batch's transaction holds
+        does it (router.durability.transactions.write_batch), while this thread consumes the next
+        batch. ``checked``: the end of every output partition was read in this batch already, before
+        its first output was produced as decided (router.durability.inline_output, with
+        transactions); the queued output (the records held back to be produced last, and what
+        followed a stream that stopped on a produce error) is then not checked again. A second ask
+        could not see more than the delivery check after it does: once the batch's transaction holds
         records in the partition, the last stable offset stops at the first of them. That
         saves the batch a ListOffsets round trip on the data path's thread."""
         self.check_ownership()  # again, as late as possible before writing

@@ -36,7 +36,7 @@ MATRIX_STAMP := $(JVM_CACHE)/.matrix-fetched-stamp
 # (abspath: JVM_CACHE may be given as an absolute path, e.g. a cache shared between checkouts)
 .PHONY: jvm-matrix test-spark35 test-kafka39
 
-$(SPARK35_STAMP): pyproject.toml setup.py router/_fastpath.c
+$(SPARK35_STAMP): pyproject.toml setup.py router/native/_fastpath.c
 	@test -x $(SPARK35_PY) || $(PYTHON) -m venv $(SPARK35_VENV)
 	@echo "installing cutover with pyspark $(SPARK35) into $(SPARK35_VENV) ..."
 	@$(SPARK35_PY) -m pip install -q --disable-pip-version-check --upgrade pip
@@ -80,7 +80,8 @@ test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 test-kafka39: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 	CUTOVER_KAFKA_LIBS=$(JVM_DIR)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
 
-$(STAMP): pyproject.toml setup.py router/_fastpath.c router/_blake2b.h router/_message.h router/_produce.h
+$(STAMP): pyproject.toml setup.py router/native/_fastpath.c router/native/_blake2b.h \
+  router/native/_message.h router/native/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cutover and its dependencies into $(VENV) ..."

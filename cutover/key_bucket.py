@@ -3,7 +3,7 @@
 The bucket is ``BLAKE2b(key)`` (RFC 7693: unkeyed, no salt or personalization, an 8-byte
 digest), read as an unsigned big-endian 64-bit integer, modulo 10,000. Only the key's bytes
 count: not its partition, the version, the event time or anything of the process, so every
-worker, every restart and any other implementation (router/_blake2b.h has the same BLAKE2b
+worker, every restart and any other implementation (router/native/_blake2b.h has the same BLAKE2b
 with a chosen digest length) puts a key in the same bucket. BLAKE2b is not the murmur2 of
 Kafka's default partitioner, so a canary's share of the keys spreads evenly over the
 partitions instead of following them. The empty key ``b""`` is a key like any other; a

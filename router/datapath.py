@@ -35,7 +35,7 @@ known end is aborted), the commit and step 5's store flush run in each partition
 thread; and they complete while the next batch is consumed (step 1), before any of its
 records is decided (router.durability.batch_end).
 
-The per-record loop of step 2 runs compiled where it can (router.compiled); the interpreted
+The per-record loop of step 2 runs compiled where it can (router.native.compiled); the interpreted
 loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.
 
 Start-up topic checks: router.topics. The rules, module by module: docs/design.md, "Durability:
@@ -58,7 +58,6 @@ from cutover.headers import HeaderError, RecordKind, data_envelope, parse_header
 from cutover.kafka_types import DataMessage
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
-from router import compiled
 from router.allocator import FreeMemoryTrim, fastbins_off
 from router.assignment import Assignment
 from router.base.errors import (
@@ -95,6 +94,7 @@ from router.durability.transactions import (
 )
 from router.gc_pause import batch_gc_pause, freeze_start_up
 from router.held_reads import read_before, rewind_if_changed
+from router.native import compiled
 from router.rebuilds import RebuildBudget, RebuildsExhausted
 from router.rule.decision import Decision, Incoming, Outcome
 from router.rule.oversize import DEFAULT_LIMIT, size_conf
@@ -171,7 +171,7 @@ class DataPath:
         self._end: BatchEnd | None = None
         # The data consumer's group metadata as last noted (:meth:`_note_group`).
         self._group: bytes | None = None
-        # The per-record path: compiled where it can (router.compiled), else interpreted.
+        # The per-record path: compiled where it can (router.native.compiled), else interpreted.
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
                         if compiled.enabled() else self._handle_all)
 
@@ -698,7 +698,7 @@ class DataPath:
                 self._act(owned, [d])
 
     def _run_for(self, tp: tuple[str, int]) -> compiled.Run | None:
-        """The compiled run of raw partition ``tp`` in this batch (router.compiled); None
+        """The compiled run of raw partition ``tp`` in this batch (router.native.compiled); None
         where the interpreted path decides it (a partition not owned, a route with a shadow
         topic)."""
         assert self._parts is not None and self._writer is not None

@@ -74,7 +74,8 @@ class InlineStream:
             try:
                 # positionally, in Producer.produce's order (topic, value, key, partition,
                 # callback, on_delivery, timestamp, headers): its keyword parsing costs CPU
-                # per record (docs/decisions/008; router/_fastpath.c passes them the same way)
+                # per record (docs/decisions/008; router/native/_fastpath.c passes them the
+                # same way)
                 producer.produce(held[0], held[3], held[2], p, None, None, 0, held[4])
                 return
             except BufferError:
@@ -87,7 +88,7 @@ class InlineStream:
         """Producing ``held`` failed: queue it, and stop the stream (its later forwards are
         queued too); the batch's end meets the error where it aborts the batch. A record
         larger than the output topic takes is dead-lettered instead (router.rule.oversize). Also
-        called by the compiled path (router.compiled)."""
+        called by the compiled path (router.native.compiled)."""
         log.warning("output %s:%d: %s; the batch's remaining output is produced at its end",
                     self.output, held[1], exc)
         if is_too_large(exc):

@@ -498,7 +498,7 @@ class PartitionRouter:
     @property
     def reads_keys(self) -> bool:
         """A canary is in this partition's timeline: a record's primary depends on its key
-        (router/_fastpath.c reads ``_rules`` and the key's bucket then)."""
+        (router/native/_fastpath.c reads ``_rules`` and the key's bucket then)."""
         return self._rules is not None
 
     # -- readiness inputs -------------------------------------------------------------------

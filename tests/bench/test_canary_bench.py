@@ -2,7 +2,7 @@
 gives green a canary share of the keys, and under the whole switch at the same boundary, in
 alternating rounds; the figure is the median of the per-round ratios (canary / whole switch).
 Under the canary every record of the segment needs its key's bucket (BLAKE2b-64 of the key,
-router/_fastpath.c); the target is a cost under 5%. Run with `make bench`; prints the figures
+router/native/_fastpath.c); the target is a cost under 5%. Run with `make bench`; prints the figures
 and the machine's load."""
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouterSettings, parse_settings
-from router import compiled
 from router.base.kafka_io import PREFETCH
 from router.datapath import DataPath
 from router.gc_pause import batch_gc_pause
+from router.native import compiled
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.bench.passthrough import forward_primary, pass_batch
 from tests.bench.report import load_line, record
@@ -171,7 +171,7 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
             state: Path, transactions: str = "auto", compiled_path: bool = True,
             segments: tuple[Segment, ...] | None = None, events: int = EVENTS) -> Measured:
     """The router's run; ``compiled_path`` False: the interpreted per-record loop
-    (router.compiled); ``segments``: the plan's timeline (default :func:`whole_switch`)."""
+    (router.native.compiled); ``segments``: the plan's timeline (default :func:`whole_switch`)."""
     settings = parse_settings({
         "bootstrap": bootstrap, "control_topic": control, "status_topic": status,
         "group_id": f"bench-{out}", "state_dir": str(state), "http_port": None,

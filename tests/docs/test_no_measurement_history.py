@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted([*(ROOT / "router").glob("*.py"), *(ROOT / "router").glob("*.[ch]")])
+SOURCES = sorted([*(ROOT / "router").rglob("*.py"), *(ROOT / "router").rglob("*.[ch]")])
 HISTORY = [
     re.compile(r"\d\s?(?:us|µs|ns)\b"),                 # 3.61 us of CPU per raw record
     re.compile(r"\balternating (?:rounds|runs)\b", re.I),

@@ -1,4 +1,4 @@
-"""Forwards produced straight into librdkafka (router/_produce.h), on the broker: what a
+"""Forwards produced straight into librdkafka (router/native/_produce.h), on the broker: what a
 consumer of the output reads must be what the raw record had, byte for byte (key, value, every
 header in order, None and empty values kept apart), plus its ``bg.src``, in the raw partition's
 order, each once; and the direct path must be the one that produced most of them.
@@ -22,12 +22,12 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from cutover.headers import SRC, VERSION, TaggedRecord, heartbeat_headers, parse_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
-from router import compiled
 from router.datapath import DataPath
 from router.dedup.store import DedupStore
 from router.durability.output_writer import OutputWriter
 from router.durability.partition import Owned, RouteRuntime
 from router.durability.resume import Durability
+from router.native import compiled
 from router.rule.decision import PartitionRouter
 from router.rule.identity import record_identity
 from testground.brokers import BrokerUnderTest, create_topics

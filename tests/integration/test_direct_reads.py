@@ -1,5 +1,5 @@
-"""The compiled path's direct reads of consumed records (router/_message.h, ``CKMessage``), on
-records a real broker returned: confluent_kafka.Message's fields and librdkafka's headers read
+"""The compiled path's direct reads of consumed records (router/native/_message.h, ``CKMessage``),
+on records a real broker returned: confluent_kafka.Message's fields and librdkafka's headers read
 without the accessors must give what the accessors and ``cutover.headers.data_envelope`` give.
 
 Only a consumed Message has librdkafka's headers (a constructed one holds a Python list, which
@@ -28,7 +28,7 @@ from cutover.headers import (
     data_envelope,
     parse_headers,
 )
-from router import compiled
+from router.native import compiled
 from testground.brokers import create_topics
 
 pytestmark = pytest.mark.broker

@@ -101,8 +101,9 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(built: Built) -> None:
 
     with tarfile.open(built.sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    for needed in ("setup.py", "pyproject.toml", "README.md", "router/_fastpath.c",
-                   "router/_blake2b.h", "router/_message.h", "router/_produce.h"):
+    for needed in ("setup.py", "pyproject.toml", "README.md", "router/native/_fastpath.c",
+                   "router/native/_blake2b.h", "router/native/_message.h",
+                   "router/native/_produce.h"):
         assert needed in names, f"the sdist lacks {needed}"
 
 
@@ -122,7 +123,8 @@ def test_the_wheel_has_the_compiled_path_where_a_compiler_is_present(built: Buil
     if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None:
         pytest.skip("no C compiler here: the wheel is built without the compiled path")
     with zipfile.ZipFile(built.wheel) as zf:
-        assert any(n.startswith("router/_fastpath") and n.endswith(".so") for n in zf.namelist())
+        assert any(n.startswith("router/native/_fastpath") and n.endswith(".so")
+                   for n in zf.namelist())
 
 
 def test_the_installed_wheel_answers_its_version_and_the_router_help(core_venv: Path) -> None:
@@ -162,12 +164,12 @@ assert len(absent) == {len(ROLE_ONLY)}, absent
 def test_the_installed_router_runs_the_compiled_path_where_the_wheel_has_it(
         built: Built, core_venv: Path) -> None:
     with zipfile.ZipFile(built.wheel) as zf:
-        compiled = any(n.startswith("router/_fastpath") and n.endswith(".so")
+        compiled = any(n.startswith("router/native/_fastpath") and n.endswith(".so")
                        for n in zf.namelist())
     if not compiled:
         pytest.skip("this wheel was built without the compiled path (no C compiler)")
     done = run(core_venv, str(core_venv / "bin" / "python"), "-c",
-               "from router import compiled; print(compiled.available())")
+               "from router.native import compiled; print(compiled.available())")
     assert done.stdout.strip() == "True", done.stdout + done.stderr
 
 

@@ -1,10 +1,10 @@
-"""The compiled per-record path (router/_fastpath.c) against the interpreted one, on the same
+"""The compiled per-record path (router/native/_fastpath.c) against the interpreted one, on the same
 generated records: every output, in order, and every piece of state must be equal.
 
 Two data paths are given the same owned partitions (each its own real RocksDB dedup store),
 the same plans between batches and the same consumed batches (real ``confluent_kafka.Message``
 objects); one decides with ``_handle_all``, the other with the compiled loop
-(``router.compiled.CompiledLoop``). The records
+(``router.native.compiled.CompiledLoop``). The records
 mix what the compiled path takes (well-formed data of either version) with everything it must
 leave (heartbeats, malformed and unusual headers, error records, poison timestamps, records
 older than the retention, duplicates, records the ordered handover holds, identities the
@@ -41,12 +41,12 @@ from cutover.key_bucket import key_bucket
 from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
-from router import compiled
 from router.datapath import DataPath
 from router.dedup.store import DedupStore
 from router.durability.output_writer import OutputWriter
 from router.durability.partition import Owned, RouteRuntime
 from router.durability.resume import Durability
+from router.native import compiled
 from router.rule.decision import PartitionRouter
 from router.rule.identity import identity_function, record_identity
 

@@ -1,4 +1,4 @@
-"""The checks before forwards are produced straight into librdkafka (router/_produce.h): each
+"""The checks before forwards are produced straight into librdkafka (router/native/_produce.h): each
 refusal names what differs, and the router then produces through ``Producer.produce``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from router import compiled
+from router.native import compiled
 
 
 @pytest.mark.skipif(not compiled.available(), reason="the compiled extension is not built")

@@ -5,8 +5,8 @@
  * timestamp tuple (docs/decisions/008-compiled-per-record-path.md). The layout
  * is confluent_kafka.h's Message (confluent-kafka 2.16); message_refusal() checks it on a
  * constructed Message and finds librdkafka's two functions in the library the client loaded,
- * or says why not (router/_fastpath.c then uses the accessors). Included by _fastpath.c only;
- * tests/integration/test_direct_reads.py compares these reads with the accessors. */
+ * or says why not (router/native/_fastpath.c then uses the accessors). Included by _fastpath.c
+ * only; tests/integration/test_direct_reads.py compares these reads with the accessors. */
 
 #ifndef CUTOVER_MESSAGE_H
 #define CUTOVER_MESSAGE_H

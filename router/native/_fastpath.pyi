@@ -1,4 +1,5 @@
-"""Types of the compiled per-record path (router/_fastpath.c; router.compiled says why)."""
+"""Types of the compiled per-record path (router/native/_fastpath.c; router.native.compiled
+says why)."""
 
 from collections.abc import Callable
 from typing import Any

@@ -10,11 +10,11 @@
  * layout (heartbeats included), no plan yet, a record the ordered handover holds, a poison
  * timestamp, one older than the dedup retention, an identity the filter or the batch's pending
  * identities may have seen (a duplicate, or a RocksDB read), an identity that cannot be
- * computed. The caller (router.compiled) decides that record interpreted and starts the next
+ * computed. The caller (router.native.compiled) decides that record interpreted and starts the next
  * run after it. The rule therefore has one definition, the Python one; this file is a faster
  * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
  * records (generated) and compares every output and every piece of state. Consumed records are
- * read directly where their layout was checked (router/_message.h); tests/integration/
+ * read directly where their layout was checked (router/native/_message.h); tests/integration/
  * test_direct_reads.py compares those reads with the accessors on records from a broker.
  *
  * With a per-key canary in the timeline a record's primary depends on its key: the run reads
@@ -676,8 +676,8 @@ static int send(RunObject *self, Scan *s, PyObject *headers, PyObject *key, PyOb
     return rc < 0 ? -1 : 0;
 }
 
-/* Produce the forward held as a consumed Message (router/_produce.h), before the stream holds
- * ``msg`` at ``off``; where it cannot be produced directly, through Producer.produce
+/* Produce the forward held as a consumed Message (router/native/_produce.h), before the stream
+ * holds ``msg`` at ``off``; where it cannot be produced directly, through Producer.produce
  * (produce_held). 0 produced, 1 the stream stopped, -1 error */
 static int release_held_msg(RunObject *self, Scan *s, PyObject *msg, int64_t off) {
     char src[352];
@@ -736,7 +736,7 @@ static int same_str(PyObject *a, PyObject *b) {
 
 static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "router._fastpath.configure() was not called");
+        PyErr_SetString(PyExc_RuntimeError, "router.native._fastpath.configure() was not called");
         return NULL;
     }
     if (nargs != 2 || !PyList_Check(args[0])) {
@@ -1026,7 +1026,7 @@ static PyMethodDef Run_methods[] = {
 
 static PyTypeObject RunType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "router._fastpath.Run",
+    .tp_name = "router.native._fastpath.Run",
     .tp_basicsize = sizeof(RunObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "One raw partition's records in one batch, decided compiled where they can be.",
@@ -1206,7 +1206,7 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastpath",
                                        "The router's per-record path, compiled "
-                                       "(router.compiled).", -1, module_methods};
+                                       "(router.native.compiled).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     struct { PyObject **slot; const char *name; } names[] = {

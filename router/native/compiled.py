@@ -1,4 +1,5 @@
-"""The compiled per-record path (router/_fastpath.c): which records it decides, how it is set up.
+"""The compiled per-record path (router/native/_fastpath.c): which records it decides, how it is set
+up.
 
 Why: around a routing rule of a few microseconds, the interpreter's per-record work is what
 limits the router's throughput (docs/decisions/008-compiled-per-record-path.md). The common case
@@ -20,7 +21,7 @@ and the start-up log says why. tests/integration/test_direct_reads.py compares t
 with the accessors on records a broker returned.
 
 It also produces forwards straight into librdkafka where it can (``use_direct_produce``,
-router/_produce.h): the consumed record's key, value and librdkafka headers, plus ``bg.src``,
+router/native/_produce.h): the consumed record's key, value and librdkafka headers, plus ``bg.src``,
 without a Python object or a delivery report, on the Producer layout of confluent-kafka 2.16,
 checked here at import (the start-up log says why, if not).
 tests/integration/test_direct_produce.py reads a routed output back and compares it with the
@@ -56,11 +57,11 @@ from router.durability.partition import Owned
 from router.rule.identity import record_identity
 
 if TYPE_CHECKING:
-    from router._fastpath import Run as CRun
+    from router.native._fastpath import Run as CRun
 
 _fastpath: ModuleType | None
 try:
-    from router import _fastpath
+    from router.native import _fastpath
 except ImportError:  # no C compiler when installed: the interpreted path
     _fastpath = None
 
@@ -68,7 +69,7 @@ ENV = "CUTOVER_COMPILED_PATH"
 
 
 class Run(Protocol):
-    """What the loop asks of a partition's run in a batch (router._fastpath.Run's scan)."""
+    """What the loop asks of a partition's run in a batch (router.native._fastpath.Run's scan)."""
 
     def scan(self, msgs: list[Message], start: int, /) -> int: ...
 
@@ -117,7 +118,7 @@ class _SampleFields(TypedDict):
 
 
 def _use_direct_reads(rdkafka: str | None) -> str | None:
-    """Turn on direct reads of consumed records (router/_message.h, ``CKMessage``), with
+    """Turn on direct reads of consumed records (router/native/_message.h, ``CKMessage``), with
     librdkafka's functions from ``rdkafka`` (:func:`_loaded_librdkafka`): None, or why they stay
     off."""
     assert _fastpath is not None

@@ -1,4 +1,4 @@
-"""``cutover router``: start a router worker (router.app) and block until it stops."""
+"""``cutover router``: start a router worker (router.worker.app) and block until it stops."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 def _cmd_router(args: argparse.Namespace) -> int:
     import logging
 
-    from router.app import run_worker
+    from router.worker.app import run_worker
 
     settings = settings_file(args.config)
     logging.basicConfig(level=getattr(logging, args.loglevel.upper(), logging.INFO),

@@ -1,11 +1,11 @@
 """The router worker's named failures.
 
 Each one ends the batch in progress with a sentence that says what happened. The worker then
-rebuilds its clients and rejoins the group (router.datapath), resuming every partition it gets
-back from its checkpoint, which never passes a record whose output was not delivered; as a
+rebuilds its clients and rejoins the group (router.worker.datapath), resuming every partition it
+gets back from its checkpoint, which never passes a record whose output was not delivered; as a
 restarted process would, without the restart. :class:`RouterConfigError` instead ends the
 worker (code 2): rebuilding cannot mend settings. So does a run of rebuilds that brings no
-progress (router.rebuilds, code 1), for the worker's supervisor to restart it.
+progress (router.worker.rebuilds, code 1), for the worker's supervisor to restart it.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ class ConsumerFailed(RouterError):
     """The data consumer hit an error it cannot go on from (a fatal error, such as a static
     member fenced after the group coordinator moved): the worker rebuilds it and rejoins.
     Raised between batches (no batch is half written), so with transactions the partitions
-    are kept through the rebuild (router.datapath)."""
+    are kept through the rebuild (router.worker.datapath)."""
 
 
 class WorkerStalled(RouterError):
     """The worker owns partitions with input waiting and decided nothing for ``stall_after_s``
-    (router.watchdog): it rebuilds its clients and rejoins."""
+    (router.worker.watchdog): it rebuilds its clients and rejoins."""

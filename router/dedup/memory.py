@@ -40,7 +40,7 @@ from rocksdict import Cache, WriteBufferManager
 
 from cutover.settings import StoreMemorySettings
 from router.dedup.bloom import MIN_WORDS, floor_pow2
-from router.status_publisher import family_header
+from router.worker.status_publisher import family_header
 
 # The arena block of every store's memtable: what an empty memtable holds. 1,000 partitions'
 # empty memtables stay under half the default store_memory.write_buffer_bytes.

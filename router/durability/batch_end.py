@@ -1,4 +1,4 @@
-"""The end of a batch: steps 3 to 5 of router.datapath's order, once every consumed record
+"""The end of a batch: steps 3 to 5 of router.worker.datapath's order, once every consumed record
 of the batch is decided. Kept apart from the per-record loop, as faust keeps its producer
 apart from its consumer loop: this is where the durability argument (docs/design.md,
 "Durability: the output log is the record of truth") is carried out, and nothing here runs per
@@ -17,7 +17,7 @@ the next one is decided): consuming changes nothing the durability argument rest
 delivery wait and the commit are round trips that the worker otherwise sat out. Settling is
 per partition: a partition whose commit is still in flight after ``SETTLE_WAIT_S`` (its
 transaction coordinator or its output's leader is slow, frozen or gone) stays in flight, and
-the data path sets it aside (router.datapath: its records are read again once it settles)
+the data path sets it aside (router.worker.datapath: its records are read again once it settles)
 while the other partitions go on. A rebalance waits only for the commits of the partitions it
 closes (:meth:`BatchEnd.wait`): with transactions a revoked partition is parked with its commit
 in flight, and settled once the group gives it back (a commit stuck on a frozen broker then
@@ -66,8 +66,8 @@ log = logging.getLogger("cutover.router")
 
 PURGE_EVERY_S = 30
 # How long the data path waits, after a consume, for the last batch's commits before it sets
-# the partitions whose commit is still in flight aside (router.datapath: their records are read
-# again once it settles) and goes on with the others. A commit takes milliseconds; one that
+# the partitions whose commit is still in flight aside (router.worker.datapath: their records are
+# read again once it settles) and goes on with the others. A commit takes milliseconds; one that
 # takes longer waits on a broker that is slow, frozen or gone.
 SETTLE_WAIT_S = 1.0
 
@@ -106,7 +106,7 @@ class StoreFlush:
     """The store flush of a batch's partitions, each run by its commit thread once it
     committed (:func:`flush_store`), on the partitions as the batch knew them (``owners``: a
     copy taken when the batch was written; a partition may be parked by a rebalance by then:
-    router.assignment). A partition whose commit was given up as stuck is not flushed: once
+    router.worker.assignment). A partition whose commit was given up as stuck is not flushed: once
     :meth:`abandon` returns, no flush of it runs or will run, so its store may be closed."""
 
     owners: dict[PartitionKey, Owned]
@@ -140,7 +140,7 @@ class InFlight:
 class BatchEnd:
     """Ends the data path's batches. ``owned`` and ``routes`` are the data path's own
     (shared, not copied); ``consumer`` gives the current data consumer (a rejoin replaces
-    it); ``recover`` takes aborted or fenced partitions over again (router.datapath)."""
+    it); ``recover`` takes aborted or fenced partitions over again (router.worker.datapath)."""
 
     owned: dict[PartitionKey, Owned]
     routes: dict[str, RouteRuntime]
@@ -158,7 +158,7 @@ class BatchEnd:
     # threads, which never call the consumer themselves.
     group: Callable[[], bytes | None]
     # Partitions a rebalance revoked and the next assignment has not placed yet (the
-    # assignment's own, shared: router.assignment.Assignment.parked).
+    # assignment's own, shared: router.worker.assignment.Assignment.parked).
     parked: dict[PartitionKey, Owned]
     # A commit in flight this long is given up as stuck (the commit_stuck_s setting).
     stuck_s: float
@@ -258,7 +258,7 @@ class BatchEnd:
         if pending:
             wait_futures(pending, timeout=wait_s)
         # a parked partition's commit is settled once the group says whether it stays (it is
-        # this worker's again, or closed once its commit is done: router.assignment)
+        # this worker's again, or closed once its commit is done: router.worker.assignment)
         done = {k: f for k, f in self.in_flight.items()
                 if (f.commit is None or f.commit.done()) and self.parked.get(k) is not f.owned}
         for key in done:
@@ -290,7 +290,7 @@ class BatchEnd:
         takeover reads the checkpoint and the output back, and if it landed before, the takeover
         reads it. Its commit thread's store flush is called off first (:class:`StoreFlush`),
         so the takeover may close the store. Parked partitions wait for the group
-        (router.assignment)."""
+        (router.worker.assignment)."""
         if self.txn is None:
             return {}
         now = time.monotonic()
@@ -341,7 +341,7 @@ class BatchEnd:
         (router.durability.ownership). With transactions, not once the consumer failed fatally in
         this batch: its assignment then says nothing (the client dropped it), and what guards the
         partitions is the fencing of their producers by any newer owner, as for a parked partition
-        (router.assignment); the worker rebuilds its consumer right after the batch."""
+        (router.worker.assignment); the worker rebuilds its consumer right after the batch."""
         if self.txn is not None and self.consumer_failed():
             return
         assigned = {(tp.topic, tp.partition) for tp in self.consumer().assignment()}
@@ -407,7 +407,7 @@ def flush_store(owners: dict[PartitionKey, Owned], key: PartitionKey) -> None:
     delivered records and the checkpoint's seq. With transactions this runs in the
     partition's commit thread, after its commit, on the partition as the batch knew it
     (``owners``: a copy taken when the batch was written; the partition may be parked by a
-    rebalance by then: router.assignment)."""
+    rebalance by then: router.worker.assignment)."""
     owned = owners[key]
     owned.store.put_meta("seq", str(owned.durability.seq).encode())
     owned.store.flush()

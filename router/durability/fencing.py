@@ -122,8 +122,8 @@ def fence(conf: dict[str, Any], transactional_ids: list[str]) -> None:
 def may_be_members(conf: dict[str, Any], group_id: str, writers: set[str]) -> bool:
     """Whether one of ``writers`` (worker ids) may still be a member of the group, as its
     coordinator answers now: False only when every member is static (its instance id is its
-    worker id: router.datapath) and none is one of them. A writer that left the group (killed,
-    or frozen past its session) commits nothing in the grace; one that is a member may be
+    worker id: router.worker.datapath) and none is one of them. A writer that left the group
+    (killed, or frozen past its session) commits nothing in the grace; one that is a member may be
     committing its last batch, and fencing it would cost it a rejoin. Unknown (no answer, or a
     member without an instance id, whose worker id the group does not show): True."""
     admin = AdminClient(conf)

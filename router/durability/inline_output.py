@@ -5,7 +5,7 @@ Why: with transactions a partition's checkpoint and output commit together
 does not matter to durability. Producing each forward as it is decided lets the client send it while
 the loop decides the next records, instead of producing every record of the batch at its end and
 then waiting for them (docs/decisions/010-transactional-output-as-decided.md). Without transactions
-the checkpoint must be durable before any output (router.datapath), so the output is queued.
+the checkpoint must be durable before any output (router.worker.datapath), so the output is queued.
 
 One :class:`InlineStream` per output partition and batch. It holds back its newest forward:
 at the batch's end that record is queued and produced last, so it is the one whose delivery
@@ -16,7 +16,7 @@ partition's records are always produced in the order they were decided, and none
 the batch's end. A produce error stops the stream (:meth:`InlineStream.stop`): the records are
 queued, and the batch's end meets the error where it aborts the batch.
 
-Before a partition's stream opens (router.datapath), the worker checks that it still owns the
+Before a partition's stream opens (router.worker.datapath), the worker checks that it still owns the
 partition, looks for another writer's records at the end of the output partition, and begins
 the partition's transaction: what it does before producing a queued batch.
 """

@@ -460,7 +460,7 @@ class Sent:
         partition, if the batch wrote its output partition) and check that it landed right
         after the end this worker knew. Raise :class:`OutputWriteFailed` otherwise: the caller
         aborts the transaction, and the partition is replayed from its checkpoint, whose read
-        back takes in what is in between (router.datapath). Why abort rather than absorb, as
+        back takes in what is in between (router.worker.datapath). Why abort rather than absorb, as
         :meth:`OutputWriter.settle` does: records another writer put among this worker's own
         lie past the last stable offset, which the open transaction holds at its first record,
         so they cannot be read before it ends; aborted, they can."""

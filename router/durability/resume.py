@@ -5,7 +5,7 @@ truth"): a partition's resume offsets never pass a record that is held, not yet 
 whose output (forward, dead letter, shadow) is queued but not yet delivered; and the
 checkpoint's ``readback_from`` is never above an output record whose raw offset is at or after
 those resume offsets. A batch's checkpoint is durable before its output is produced
-(router.datapath), so a crash in between replays those records and the read-back
+(router.worker.datapath), so a crash in between replays those records and the read-back
 (router.durability.readback) tells what was delivered from what was lost.
 
 The same state keeps the output position the worker knows (what it read back plus what it

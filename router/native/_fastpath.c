@@ -1,7 +1,7 @@
 /* The router's per-record path for the common case, compiled: a run of one raw partition's
  * well-formed data records, each suppressed (not the primary for its event time) or forwarded
- * (the primary's, new to the dedup store). It is router.datapath.DataPath._handle_all's loop,
- * PartitionRouter.suppresses/decide's two common branches, DedupStore.__contains__/add and
+ * (the primary's, new to the dedup store). It is router.worker.datapath.DataPath._handle_all's
+ * loop, PartitionRouter.suppresses/decide's two common branches, DedupStore.__contains__/add and
  * InlineStream.send / OutputWriter.forward, written over the same Python objects: it reads the
  * partition's rule state from them when a run starts and writes it back when it ends.
  *
@@ -217,7 +217,8 @@ static int64_t key_bucket(const char *key, Py_ssize_t len) {
 static int scan_load(RunObject *self, Scan *s) {
     PyObject *v;
     int none, rc;
-    /* a partition paused over max_held or re-reading: the interpreted path (router.held_reads) */
+    /* a partition paused over max_held or re-reading: the interpreted path
+     * (router.worker.held_reads) */
     v = PyObject_GetAttr(self->bound, s_topics);
     if (v == NULL) return -1;
     rc = PyObject_IsTrue(v);

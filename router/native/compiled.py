@@ -9,7 +9,7 @@ event time (suppressed) or the primary's and new to the dedup store (forwarded).
 written in C over the same Python objects (the partition's rule, its dedup store, its
 durability, its output stream); every other record (heartbeats, held, poison, duplicates, a
 filter "maybe", dead letters, shadows, a partition paused over max_held) goes through the
-interpreted loop, :meth:`router.datapath.DataPath._handle_all`, which stays the definition of
+interpreted loop, :meth:`router.worker.datapath.DataPath._handle_all`, which stays the definition of
 the rule. tests/unit/test_compiled_path.py runs both on the same generated records and compares
 every output and every piece of state.
 
@@ -167,7 +167,7 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
 class CompiledLoop:
     """Decides a consumed batch with compiled runs: each partition's stretch of records as far
     as they are the common case; every record a run leaves, and every stretch no run can
-    serve, goes to ``interpreted`` (router.datapath.DataPath._handle_all). ``run_for(tp)``
+    serve, goes to ``interpreted`` (router.worker.datapath.DataPath._handle_all). ``run_for(tp)``
     makes the run of raw partition ``tp`` for the batch (None: interpreted)."""
 
     def __init__(self, interpreted: Callable[[list[Message]], None],

@@ -23,7 +23,7 @@ record there was decided on the first pass and is skipped. Nothing here grows wi
 a window is a start offset and a copy of the rule, and windows nest only when a rule change
 still holds records that a rewind reads again (one level per such change).
 
-Pure: no I/O; router.datapath seeks and feeds records in.
+Pure: no I/O; router.worker.datapath seeks and feeds records in.
 """
 
 from __future__ import annotations

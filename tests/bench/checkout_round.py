@@ -23,8 +23,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from cutover.settings import parse_settings
-from router.datapath import DataPath
-from router.gc_pause import batch_gc_pause
+from router.worker.datapath import DataPath
+from router.worker.gc_pause import batch_gc_pause
 from tests.bench.passthrough import pass_batch
 from tests.bench.test_router_bench import EVENTS, PARTITIONS
 

@@ -16,7 +16,7 @@ import threading
 from confluent_kafka import Consumer, Message, Producer
 
 from router.base.kafka_io import PREFETCH
-from router.gc_pause import batch_gc_pause
+from router.worker.gc_pause import batch_gc_pause
 
 BATCH = 20_000
 POLL_S = 0.05

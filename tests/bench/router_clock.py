@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from router.datapath import DataPath
+from router.worker.datapath import DataPath
 
 
 class Clock(NamedTuple):

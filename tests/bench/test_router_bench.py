@@ -23,9 +23,9 @@ from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouterSettings, parse_settings
 from router.base.kafka_io import PREFETCH
-from router.datapath import DataPath
-from router.gc_pause import batch_gc_pause
 from router.native import compiled
+from router.worker.datapath import DataPath
+from router.worker.gc_pause import batch_gc_pause
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.bench.passthrough import forward_primary, pass_batch
 from tests.bench.report import load_line, record

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from cutover.settings import parse_settings
-from router.datapath import DataPath
 from router.rule.decision import PartitionCounters
+from router.worker.datapath import DataPath
 
 
 def rss_bytes() -> int:

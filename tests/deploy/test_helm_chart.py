@@ -104,7 +104,7 @@ def test_probes_ask_the_workers_own_endpoints_on_its_port(plain: Rendered) -> No
     (port,) = c["ports"]
     assert port["containerPort"] == settings.http_port == 6066
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
-    # /health turns 503 while the worker's watchdog reports it stalled (router.watchdog)
+    # /health turns 503 while the worker's watchdog reports it stalled (router.worker.watchdog)
     assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert c["startupProbe"]["httpGet"]["path"] == "/health"
     assert port["name"] == "http"
@@ -235,7 +235,7 @@ def test_the_service_monitor_scrapes_metrics_of_every_worker(secured: Rendered) 
 def metric_names_served() -> set[str]:
     """Names of the metrics the router worker and the rollout serve (their declarations)."""
     from cutover.rollout.metrics import METRICS
-    from router.status_publisher import METRICS as ROUTER_METRICS
+    from router.worker.status_publisher import METRICS as ROUTER_METRICS
 
     return {f"cutover_{n}" for n in (*ROUTER_METRICS, *METRICS)}
 

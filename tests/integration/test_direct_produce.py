@@ -22,7 +22,6 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from cutover.headers import SRC, VERSION, TaggedRecord, heartbeat_headers, parse_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
-from router.datapath import DataPath
 from router.dedup.store import DedupStore
 from router.durability.output_writer import OutputWriter
 from router.durability.partition import Owned, RouteRuntime
@@ -30,6 +29,7 @@ from router.durability.resume import Durability
 from router.native import compiled
 from router.rule.decision import PartitionRouter
 from router.rule.identity import record_identity
+from router.worker.datapath import DataPath
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.topics import RawRecord, read_topic
 

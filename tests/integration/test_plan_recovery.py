@@ -1,5 +1,5 @@
 """A restarted worker recovers each route's last good plan from the status topic
-(router.control.recover_plans) by reading the topic's tail, and all of it only when a route's
+(router.worker.control.recover_plans) by reading the topic's tail, and all of it only when a route's
 plan is not there: start-up does not grow with the status topic's history."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from confluent_kafka import Message, Producer
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouterSettings
 from cutover.status import RouteStatus
-from router import control
 from router.base.kafka_io import base_conf
+from router.worker import control
 
 pytestmark = pytest.mark.broker
 

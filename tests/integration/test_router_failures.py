@@ -108,7 +108,7 @@ def test_two_workers_rebalance_during_switch(bootstrap: str, tmp_path: Path) -> 
         a.assert_alive()
         if "transactions on" in a.text():
             # the partitions that stayed with a through both rebalances went on where they
-            # stood, without a takeover (router.assignment.Assignment.on_revoke)
+            # stood, without a takeover (router.worker.assignment.Assignment.on_revoke)
             assert "kept through the rebalance" in a.text(), a.tail(40)
     finally:
         a.stop()

@@ -149,7 +149,7 @@ for pkg in (cutover, router):
     for mod in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
         if not mod.name.endswith(".__main__"):
             importlib.import_module(mod.name)
-import router.app, cutover.cli
+import router.worker.app, cutover.cli
 cutover.cli.build_parser()
 loaded = sorted(m for m in {ROLE_ONLY!r} if m in sys.modules)
 absent = [m for m in {ROLE_ONLY!r} if importlib.util.find_spec(m) is None]

@@ -5,7 +5,7 @@ Per worker process: its resident memory at its first sample (start), at its refe
 caches filled), and at its end: the lowest sample of its last ``END_WINDOW_S``, which is
 memory it holds, not a recovery's passing peak (a worker that has just rebuilt its stores from
 the output log, as a resumed zombie does, allocates for it and gives the free pages back
-within its trim period, router.allocator; a leak raises the lowest sample too). Its very last
+within its trim period, router.worker.allocator; a leak raises the lowest sample too). Its very last
 sample is kept beside (``last_mb``). A process is judged when at least ``min_span_s`` separate
 its reference and its end; the target holds when every judged process ends within 15% of its
 reference, and some process was judged.

@@ -1,5 +1,5 @@
 """The metric families a deployment can scrape, read from what is exported (not from a list):
-a router worker's /metrics as router.app serves it (the status board, the watchdog's progress
+a router worker's /metrics as router.worker.app serves it (the status board, the watchdog's progress
 and the dedup stores' memory) and a rollout's `--metrics-port`."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from rollout_support import T0, record
 from cutover.rollout.journal import CompareSummary
 from cutover.rollout.metrics import prometheus as rollout_prometheus
 from router.dedup.memory import StoreMemory
-from router.status_publisher import StatusBoard
-from router.watchdog import Progress
+from router.worker.status_publisher import StatusBoard
+from router.worker.watchdog import Progress
 
 
 def exported_families() -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""router.allocator: glibc's fastbins turned off, its arenas capped and free pages given back, or
-the reason each was left alone.
+"""router.worker.allocator: glibc's fastbins turned off, its arenas capped and free pages given
+back, or the reason each was left alone.
 
 Whether fastbins are on is read from glibc itself: after many small chunks are freed (more than
 its per-thread cache keeps), ``mallinfo2().fsmblks`` counts the bytes held in fastbins; the arenas
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from router import allocator
+from router.worker import allocator
 
 # Each probe's C allocator, as ctypes sees it.
 LIBC = """
@@ -28,7 +28,7 @@ libc.free.argtypes = [ctypes.c_void_p]
 
 PROBE = LIBC + """
 import sys
-from router.allocator import fastbins_off
+from router.worker.allocator import fastbins_off
 if sys.argv[1] == "off":
     print(fastbins_off())
 class MallInfo2(ctypes.Structure):
@@ -64,7 +64,7 @@ def test_another_c_library_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> 
 
 ARENAS_PROBE = LIBC + """
 import os, sys, tempfile, threading
-from router.allocator import cap_arenas
+from router.worker.allocator import cap_arenas
 if sys.argv[1] == "capped":
     print(cap_arenas())
 held = threading.Barrier(9)
@@ -107,7 +107,7 @@ def test_threads_share_the_capped_arenas_instead_of_one_each() -> None:
 
 TRIM_PROBE = LIBC + """
 import threading
-from router.allocator import give_back_free_memory
+from router.worker.allocator import give_back_free_memory
 def rss_kb():
     status = open("/proc/self/status").read().splitlines()
     return int(next(line for line in status if line.startswith("VmRSS")).split()[1])

@@ -41,7 +41,6 @@ from cutover.key_bucket import key_bucket
 from cutover.key_primary import Canary
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouteSettings, parse_settings
-from router.datapath import DataPath
 from router.dedup.store import DedupStore
 from router.durability.output_writer import OutputWriter
 from router.durability.partition import Owned, RouteRuntime
@@ -49,6 +48,7 @@ from router.durability.resume import Durability
 from router.native import compiled
 from router.rule.decision import PartitionRouter
 from router.rule.identity import identity_function, record_identity
+from router.worker.datapath import DataPath
 
 RAW = ("raw-a", "raw-b")
 PARTS = (0, 1)

@@ -4,7 +4,7 @@ import gc
 import threading
 import weakref
 
-from router.gc_pause import batch_gc_pause, freeze_start_up
+from router.worker.gc_pause import batch_gc_pause, freeze_start_up
 
 
 class _Node:

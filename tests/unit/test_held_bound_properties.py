@@ -1,12 +1,12 @@
 """Over ``max_held`` a partition keeps the bound and decides exactly as without one.
 
 The generated streams of test_properties (two versions, replays, heartbeats, plans, a poison
-record) are read as one raw partition, the way router.datapath reads it with
+record) are read as one raw partition, the way router.worker.datapath reads it with
 router.rule.held_bound: records the rule would hold past ``max_held`` are not kept, and when the
 rule changes the consumer seeks back to the first of them and reads again, deciding again
 only the records not kept (records fetched before the seek arrive first and are ignored).
 Plans arrive when the reading first reaches their place, and wait while records not kept are
-read again (as router.datapath makes them wait). The decisions other than HOLD must be
+read again (as router.worker.datapath makes them wait). The decisions other than HOLD must be
 the unbounded run's, in the same order, and the held list never exceeds the bound.
 """
 

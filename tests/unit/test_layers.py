@@ -102,7 +102,7 @@ ALLOWED = {
 
 
 def test_the_layers_hold_every_product_module() -> None:
-    assert {"cutover.plan", "cutover.cli", "cutover.cli.switch", "router.datapath",
+    assert {"cutover.plan", "cutover.cli", "cutover.cli.switch", "router.worker.datapath",
             "spark_tagger.tagger", "cutover.control.routes"} <= set(MODULES)
     assert layer("cutover.control.routes") == "control" and layer("cutover.plan") == "contract"
 

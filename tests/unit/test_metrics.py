@@ -10,17 +10,17 @@ import confluent_kafka
 from rule_support import SetStore, make_plan
 
 from cutover.plan import CutoverPlan, PlanRejected
-from router.control import PlanRefused
 from router.dedup.memory import StoreMemory
 from router.rule.decision import Incoming, PartitionRouter
 from router.rule.identity import identity_function
-from router.status_publisher import (
+from router.worker.control import PlanRefused
+from router.worker.status_publisher import (
     METRICS,
     DeadLetterReason,
     StatusBoard,
     dead_letter_reason,
 )
-from router.watchdog import Progress
+from router.worker.watchdog import Progress
 
 PLAN = make_plan(1, (None, "blue"))
 
@@ -133,7 +133,7 @@ def test_every_line_is_prometheus_text_and_every_declared_family_is_exported() -
     progress = Progress(stall_after_s=30.0)
     progress.stall("nothing decided")
     progress.rebuilt()
-    # the worker's /metrics (router.app)
+    # the worker's /metrics (router.worker.app)
     text = w.board.prometheus() + progress.prometheus() + StoreMemory().prometheus()
     sample = re.compile(r'^(cutover_[a-z_]+)(\{([a-z_]+="[^"]*",?)*\})? -?[0-9.e+]+$')
     declared: dict[str, str] = {}

@@ -12,7 +12,7 @@ from cutover.settings import Handover, RouterSettings
 from cutover.status import PartitionStatus, RouteStatus, TransitionState, parse_status
 from router.rule.decision import Incoming, PartitionRouter
 from router.rule.identity import identity_function
-from router.status_publisher import StatusBoard
+from router.worker.status_publisher import StatusBoard
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ import pytest
 from cutover.plan import parse_plan
 from cutover.settings import Handover, SettingsError, load_settings
 from cutover.status import TransitionState, parse_status
-from router.datapath import DataPath
+from router.worker.datapath import DataPath
 
 CONFIG = Path(__file__).parents[2] / "config"
 

@@ -1,5 +1,5 @@
-"""The progress watchdog (router.watchdog) and the rebuild budget (router.rebuilds): a worker
-that owns input and decides nothing is reported and recovered, and one that cannot recover
+"""The progress watchdog (router.worker.watchdog) and the rebuild budget (router.worker.rebuilds): a
+worker that owns input and decides nothing is reported and recovered, and one that cannot recover
 leaves with a sentence instead of staying alive and idle."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from router.rebuilds import MAX_DELAY_S, RebuildBudget, RebuildsExhausted
-from router.watchdog import EXIT_AFTER_STALLS, EXIT_STALLED, Progress, Watchdog
+from router.worker.rebuilds import MAX_DELAY_S, RebuildBudget, RebuildsExhausted
+from router.worker.watchdog import EXIT_AFTER_STALLS, EXIT_STALLED, Progress, Watchdog
 
 
 class Clock:

@@ -34,8 +34,8 @@ import confluent_kafka
 from cutover.plan import CutoverPlan, utcnow
 from cutover.readiness import PartitionProgress, progress_of, readiness
 from cutover.status import Counters, PartitionStatus, PlanRejectedEvent, RouteStatus
-from router.control import ControlEvent, PlanAccepted
 from router.rule.decision import PartitionCounters
+from router.worker.control import ControlEvent, PlanAccepted
 
 log = logging.getLogger("cutover.router")
 
@@ -354,7 +354,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "added_latency_seconds": ("histogram", "raw record timestamp to output write, seconds"),
     "status_updated_timestamp_seconds": ("gauge", "when this worker last built its status "
                                                   "(stops moving when the worker stalls)"),
-    # router.watchdog.Progress exports these three.
+    # router.worker.watchdog.Progress exports these three.
     "worker_stalled": ("gauge", "1 while the worker owns partitions with input waiting and "
                                 "decides nothing for stall_after_s, or a step has not returned"),
     "worker_stalls_total": ("counter", "stalls the watchdog reported since start"),

@@ -1,7 +1,7 @@
 """The partitions a worker owns, as the consumer group assigns and revokes them.
 
 Rebalance callbacks run only inside the data consumer's ``consume()``, between batches
-(router.datapath), so a partition is never given up with output of it undelivered. Taking a
+(router.worker.datapath), so a partition is never given up with output of it undelivered. Taking a
 partition over reads its newest checkpoint and rebuilds its state (router.durability.takeover); with
 transactions the worker's producers are started first and the open transactions of previous
 owners on the partitions ended (router.durability.fencing). A batch whose transaction aborted is
@@ -27,7 +27,7 @@ from router.durability.partition import Owned, RouteRuntime
 from router.durability.positions import PositionCheck
 from router.durability.takeover import take_over
 from router.durability.transactions import PartitionKey, WorkerTransactions
-from router.status_publisher import StatusBoard
+from router.worker.status_publisher import StatusBoard
 
 log = logging.getLogger("cutover.router")
 
@@ -52,7 +52,7 @@ class Assignment:
     # closed (None: any may be): waits for their commits in flight
     # (router.durability.batch_end.BatchEnd.wait), so that no partition is closed mid-commit.
     before_change: Callable[[set[PartitionKey] | None], None] = lambda closing: None
-    # Called after partitions were taken over: recovering is progress (router.watchdog).
+    # Called after partitions were taken over: recovering is progress (router.worker.watchdog).
     on_takeover: Callable[[], None] = lambda: None
     # Partitions an orderly rebalance revoked, kept whole (decision state, store, producer)
     # until the next assignment says whether they stay: see :meth:`on_revoke`.

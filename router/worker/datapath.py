@@ -3,14 +3,14 @@
 Why not Faust agents: a per-event Faust agent passes two orders of magnitude fewer records
 than a batched confluent-kafka loop, and the router must keep up with the loop (docs/decisions/
 001-batched-data-path.md); so the loop is plain confluent-kafka, owned by a Faust service
-(router.app).
+(router.worker.app).
 
 Per batch, in this order (the durability argument of DESIGN.md rests on it):
 
 1. consume up to ``batch_records`` records (a setting: 80,000 by default; why so many: the
    module docstring of router.durability.batch_end); rebalance callbacks run only here, between
-   batches, so a revoked partition never has undelivered output (the callbacks: router.assignment;
-   taking a partition over: router.durability.takeover);
+   batches, so a revoked partition never has undelivered output (the callbacks:
+   router.worker.assignment; taking a partition over: router.durability.takeover);
 2. decide every record with its partition's :class:`PartitionRouter`; apply new plans to every
    owned partition; queue the output (router.durability.output_writer);
 3. (steps 3 to 5: router.durability.batch_end) write each changed partition's :class:`Checkpoint`
@@ -38,8 +38,8 @@ records is decided (router.durability.batch_end).
 The per-record loop of step 2 runs compiled where it can (router.native.compiled); the interpreted
 loop here (:meth:`DataPath._handle_all`) is the definition it is tested against.
 
-Start-up topic checks: router.topics. The rules, module by module: docs/design.md, "Durability:
-the output log is the record of truth".
+Start-up topic checks: router.worker.topics. The rules, module by module: docs/design.md,
+"Durability: the output log is the record of truth".
 """
 
 from __future__ import annotations
@@ -58,8 +58,6 @@ from cutover.headers import HeaderError, RecordKind, data_envelope, parse_header
 from cutover.kafka_types import DataMessage
 from cutover.plan import CutoverPlan, PlanBook, plan_key_from_env
 from cutover.settings import RouterSettings
-from router.allocator import FreeMemoryTrim, fastbins_off
-from router.assignment import Assignment
 from router.base.errors import (
     ConsumerFailed,
     OutputWriteFailed,
@@ -77,7 +75,6 @@ from router.base.kafka_io import (
     data_consumer_conf,
     wait_for_broker,
 )
-from router.control import ControlReader, PlanAccepted, recover_plans
 from router.dedup.memory import StoreMemory
 from router.durability.batch_end import NOTHING_STALE, BatchEnd, Stale
 from router.durability.checkpoint import checkpoint_topic
@@ -92,15 +89,18 @@ from router.durability.transactions import (
     WorkerTransactions,
     transactions_on,
 )
-from router.gc_pause import batch_gc_pause, freeze_start_up
-from router.held_reads import read_before, rewind_if_changed
 from router.native import compiled
-from router.rebuilds import RebuildBudget, RebuildsExhausted
 from router.rule.decision import Decision, Incoming, Outcome
 from router.rule.oversize import DEFAULT_LIMIT, size_conf
-from router.status_publisher import PartitionView, StatusBoard
-from router.topics import check_routes, ensure_checkpoint_topic
-from router.watchdog import Progress, Watchdog
+from router.worker.allocator import FreeMemoryTrim, fastbins_off
+from router.worker.assignment import Assignment
+from router.worker.control import ControlReader, PlanAccepted, recover_plans
+from router.worker.gc_pause import batch_gc_pause, freeze_start_up
+from router.worker.held_reads import read_before, rewind_if_changed
+from router.worker.rebuilds import RebuildBudget, RebuildsExhausted
+from router.worker.status_publisher import PartitionView, StatusBoard
+from router.worker.topics import check_routes, ensure_checkpoint_topic
+from router.worker.watchdog import Progress, Watchdog
 
 log = logging.getLogger("cutover.router")
 
@@ -347,7 +347,7 @@ class DataPath:
 
         ``keep_partitions`` (the consumer alone failed, with transactions):
         only the consumer is rebuilt. The partitions are parked whole, their producers and
-        commits in flight included, as a rebalance parks them (router.assignment), and those
+        commits in flight included, as a rebalance parks them (router.worker.assignment), and those
         the group gives back go on without a takeover. A session lost while the group
         coordinator moved ends this way (the client's next heartbeat is refused as a fenced
         static member), and every partition of every worker would otherwise be taken over

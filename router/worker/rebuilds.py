@@ -2,7 +2,7 @@
 
 A client error the worker cannot go on from (a fatal consumer error such as a fenced static
 member, lost partitions, a fenced or conflicting transaction, a stall) is handled by rebuilding
-the data consumer and the partitions' producers and rejoining the group (router.datapath).
+the data consumer and the partitions' producers and rejoining the group (router.worker.datapath).
 Rebuilds back off, and a run of them with no record decided in between ends the worker with
 the last reason: a rebuild that cannot help is not retried for ever while the worker looks
 alive.

@@ -65,7 +65,7 @@ def cap_arenas(limit: int = ARENA_MAX) -> str:
 
     glibc fixes the cap when a thread first needs an arena of its own, so this must run before
     the process starts its second thread: the worker calls it first thing
-    (router.app.run_worker). An operator's ``MALLOC_ARENA_MAX`` (read by glibc at start) is
+    (router.worker.app.run_worker). An operator's ``MALLOC_ARENA_MAX`` (read by glibc at start) is
     left in force."""
     libc = _glibc()
     if isinstance(libc, str):

@@ -2,8 +2,8 @@
 
 Faust runs the worker (signals, logging, the web server for ``/status`` and ``/metrics``) and
 owns the data path as a service; the data path itself is a batched confluent-kafka loop in a
-thread (see router.datapath for why). Faust's own aiokafka clients are not started: nothing in
-the router goes through them, so no guarantee rests on a Faust table changelog.
+thread (see router.worker.datapath for why). Faust's own aiokafka clients are not started: nothing
+in the router goes through them, so no guarantee rests on a Faust table changelog.
 
 Faust is ready once its web server runs, before the data path has reached Kafka, so its
 "Ready" line is not printed; the worker logs ``router worker W ready`` once its data consumer
@@ -23,11 +23,11 @@ from faust.app.base import BootStrategy
 from faust.web import Request, Response, View
 
 from cutover.settings import RouterSettings, SettingsError
-from router.allocator import cap_arenas
 from router.base.errors import RouterConfigError
 from router.base.kafka_io import AccessDenied
-from router.datapath import DataPath
-from router.rebuilds import RebuildsExhausted
+from router.worker.allocator import cap_arenas
+from router.worker.datapath import DataPath
+from router.worker.rebuilds import RebuildsExhausted
 
 log = logging.getLogger("cutover.router")
 
@@ -120,7 +120,7 @@ def build_app(settings: RouterSettings, worker_id: str | None = None,
     class HealthView(View):
         async def get(self, request: Request) -> Response:
             # For liveness probes: 503 while the worker has not joined yet, is stopping, or its
-            # watchdog reports it stalled (router.watchdog)
+            # watchdog reports it stalled (router.worker.watchdog)
             ok = (engine.ready.is_set() and not engine.stop_event.is_set()
                   and not engine.progress.stalled)
             return self.json({"ready": ok, **engine.progress.as_json()},
@@ -133,7 +133,8 @@ def build_app(settings: RouterSettings, worker_id: str | None = None,
 def run_worker(settings: RouterSettings, loglevel: str = "INFO",
                instance_id: str | None = None) -> int:
     """Start a worker and block until it stops; return the exit code."""
-    log.info("C allocator: %s", cap_arenas())   # before any client's thread: router.allocator
+    # before any client's thread: router.worker.allocator
+    log.info("C allocator: %s", cap_arenas())
     app, service = build_app(settings, instance_id=instance_id)
     worker = RouterWorker(app, loglevel=loglevel, quiet=True)
     try:

@@ -5,8 +5,8 @@ Two judges, one clock. The data thread reports each step (:meth:`Progress.steppe
 decided records, or took partitions over, is progress; a step with nothing consumed while the
 owned partitions have input waiting is not. After ``stall_after_s`` without progress while
 input waits, the data thread itself is stalled: it raises :class:`router.base.errors.WorkerStalled`
-and rebuilds its clients (router.datapath). A data thread that does not come back from one step
-at all (a client call that never returns) cannot raise anything: the watchdog thread sees the
+and rebuilds its clients (router.worker.datapath). A data thread that does not come back from one
+step at all (a client call that never returns) cannot raise anything: the watchdog thread sees the
 step's age, reports the worker stalled, and after three times ``stall_after_s`` ends the
 process with a sentence and a non-zero code, for its supervisor to restart it; a restarted
 worker resumes from its checkpoints as after a kill -9. While the worker is stalled ``/health``
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from router.status_publisher import family_header
+from router.worker.status_publisher import family_header
 
 log = logging.getLogger("cutover.router")
 

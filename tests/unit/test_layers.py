@@ -13,6 +13,24 @@ module takes part in an import cycle (lazy imports inside functions included: th
 too, only later; and imports by name, ``importlib.import_module("...")`` or a table of module
 names a module loads, as the CLI's commands), and no product module imports the test ground
 (testground/) or the tests.
+
+Inside router/, every module lives in a room, and the rooms import downwards only:
+
+    worker      the Faust app, the data path and what it runs with       imports every room
+      ^
+    native      the compiled per-record path                               durability, dedup,
+      ^                                                                    rule, base
+    durability  resume offsets, checkpoints, takeover, the batch's output  dedup, rule, base
+      ^
+    dedup       the dedup store, its front filter, the stores' memory      rule, base
+      ^
+    rule        the routing rule and what it decides with                  base
+      ^
+    base        Kafka client helpers, named failures, test seams           nothing
+
+One import goes against it and is named in ``ROOM_EXCEPTIONS``: the dedup stores' memory
+(router.dedup.memory) takes its metrics' ``# HELP``/``# TYPE`` lines from the worker's status
+board (router.worker.status_publisher.family_header). An exception no longer used fails too.
 """
 
 from __future__ import annotations
@@ -49,14 +67,21 @@ IMPORT_BY_NAME = ("import_module", "__import__")
 NOT_PRODUCT = ("testground", "tests")
 
 
-def statement_imports(tree: ast.Module) -> set[str]:
-    """Every module an ``import`` statement of ``tree`` names (at any level of the file)."""
+def statement_imports(tree: ast.Module, name: str = "") -> set[str]:
+    """Every module an ``import`` statement of ``tree`` names (at any level of the file); a
+    relative import is resolved from module ``name``'s package."""
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{module}" if module else base
+            if module:
+                found |= {module} | {f"{module}.{a.name}" for a in node.names}
     return found
 
 
@@ -79,7 +104,8 @@ def string_imports(tree: ast.Module) -> set[str]:
 def imports(name: str) -> set[str]:
     """The product modules ``name`` imports, by statement or by name."""
     tree = TREES[name]
-    return {t for t in statement_imports(tree) | string_imports(tree) if t in MODULES} - {name}
+    return {t for t in statement_imports(tree, name) | string_imports(tree)
+            if t in MODULES} - {name}
 
 
 def layer(name: str) -> str:
@@ -99,6 +125,28 @@ ALLOWED = {
     "control": {"contract", "router", "control"},
     "cli": {"contract", "router", "spark_tagger", "control", "cli"},
 }
+
+
+# router/'s rooms, each with the rooms it may import (its own included).
+ROOMS = {
+    "base": {"base"},
+    "rule": {"rule", "base"},
+    "dedup": {"dedup", "rule", "base"},
+    "durability": {"durability", "dedup", "rule", "base"},
+    "native": {"native", "durability", "dedup", "rule", "base"},
+    "worker": {"worker", "native", "durability", "dedup", "rule", "base"},
+}
+# Imports that go against the rooms' direction, each with why it is still there.
+ROOM_EXCEPTIONS = {
+    # the metric family lines of the stores' memory come from the worker's status board
+    "router.dedup.memory": {"router.worker.status_publisher"},
+}
+
+
+def room(name: str) -> str | None:
+    """The room of a router module (``router.rule.decision`` -> ``rule``); None outside."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "router" and len(parts) > 1 else None
 
 
 def test_the_layers_hold_every_product_module() -> None:
@@ -122,9 +170,46 @@ def test_imports_by_name_are_seen() -> None:
     assert string_imports(tree) == {"router.rule.decision"}
 
 
+def test_every_router_module_lives_in_a_room() -> None:
+    router = [name for name in MODULES if name.startswith("router.")]
+    assert {"router.rule.decision", "router.durability.resume", "router.native.compiled",
+            "router.worker.datapath"} <= set(router)
+    outside = sorted(name for name in router if room(name) not in ROOMS)
+    assert not outside, f"{outside} are in no room of router/: {sorted(ROOMS)}"
+    assert imports("router") == set(), "router/__init__.py loads no room"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if room(n) in ROOMS))
+def test_router_rooms_import_downwards(name: str) -> None:
+    wrong = sorted(t for t in imports(name) - ROOM_EXCEPTIONS.get(name, set())
+                   if room(t) is not None and room(t) not in ROOMS[str(room(name))])
+    assert not wrong, (f"{name} ({room(name)}) imports {wrong}; allowed: "
+                       f"{sorted(ROOMS[str(room(name))])}")
+
+
+def test_room_exceptions_are_still_needed() -> None:
+    stale = {name: sorted(targets - imports(name))
+             for name, targets in ROOM_EXCEPTIONS.items() if not targets <= imports(name)}
+    assert not stale, f"remove these from ROOM_EXCEPTIONS, nothing imports them now: {stale}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.count(".") == 1
+                                        and room(n) in ROOMS))
+def test_each_room_says_what_it_holds(name: str) -> None:
+    tree = TREES[name]
+    assert ast.get_docstring(tree), f"{MODULES[name]} needs a docstring: what the room holds"
+    assert statement_imports(tree, name) == set(), f"{MODULES[name]} re-exports nothing"
+
+
+def test_relative_imports_are_resolved() -> None:
+    tree = ast.parse("from . import bloom\nfrom ..rule.identity import record_identity\n")
+    assert {"router.dedup.bloom", "router.rule.identity"} <= statement_imports(
+        tree, "router.dedup.store")
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_product_module_imports_the_test_ground(name: str) -> None:
-    wrong = sorted(t for t in statement_imports(TREES[name]) | string_imports(TREES[name])
+    wrong = sorted(t for t in statement_imports(TREES[name], name) | string_imports(TREES[name])
                    if t.split(".")[0] in NOT_PRODUCT)
     assert not wrong, f"{name} imports {wrong}: the wheel does not ship them"
 

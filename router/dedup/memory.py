@@ -39,8 +39,8 @@ from typing import Protocol
 from rocksdict import Cache, WriteBufferManager
 
 from cutover.settings import StoreMemorySettings
+from router.base.metrics import family_header
 from router.dedup.bloom import MIN_WORDS, floor_pow2
-from router.worker.status_publisher import family_header
 
 # The arena block of every store's memtable: what an empty memtable holds. 1,000 partitions'
 # empty memtables stay under half the default store_memory.write_buffer_bytes.
@@ -139,7 +139,7 @@ class StoreMemory:
 
     def prometheus(self) -> str:
         """The stores' memory metrics, declared with the worker's others
-        (status_publisher.METRICS)."""
+        (router.base.metrics.METRICS)."""
         lines: list[str] = []
         for name, value in (("store_filter_bytes", self.filter_bytes_used),
                             ("store_filter_budget_bytes", self.settings.filter_bytes),

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from router.worker.status_publisher import family_header
+from router.base.metrics import family_header
 
 log = logging.getLogger("cutover.router")
 
@@ -114,7 +114,8 @@ class Progress:
         self.reason = ""
 
     def prometheus(self) -> str:
-        """The watchdog's metrics, declared with the worker's others (status_publisher.METRICS)."""
+        """The watchdog's metrics, declared with the worker's others
+        (router.base.metrics.METRICS)."""
         lines: list[str] = []
         for name, value in (("worker_stalled", int(self.stalled)),
                             ("worker_stalls_total", self.stalls),

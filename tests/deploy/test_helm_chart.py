@@ -235,7 +235,7 @@ def test_the_service_monitor_scrapes_metrics_of_every_worker(secured: Rendered) 
 def metric_names_served() -> set[str]:
     """Names of the metrics the router worker and the rollout serve (their declarations)."""
     from cutover.rollout.metrics import METRICS
-    from router.worker.status_publisher import METRICS as ROUTER_METRICS
+    from router.base.metrics import METRICS as ROUTER_METRICS
 
     return {f"cutover_{n}" for n in (*ROUTER_METRICS, *METRICS)}
 

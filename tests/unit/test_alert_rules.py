@@ -15,7 +15,7 @@ from metrics_support import exported_families, series_names
 
 from cutover.rollout.journal import Phase
 from cutover.status import TransitionState
-from router.worker.status_publisher import METRICS as ROUTER_METRICS
+from router.base.metrics import METRICS as ROUTER_METRICS
 
 RULES = (Path(__file__).resolve().parents[2] / "deploy" / "helm" / "cutover-router" / "files"
          / "alerts.yaml")

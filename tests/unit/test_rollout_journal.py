@@ -115,7 +115,7 @@ def test_every_metric_the_dashboard_draws_is_exported() -> None:
 
 
 def test_the_dashboard_draws_the_routers_health_by_current_names_on_a_grid() -> None:
-    from router.worker.status_publisher import METRICS
+    from router.base.metrics import METRICS
 
     dash = json.loads(DASHBOARD.read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])

@@ -10,12 +10,12 @@ import confluent_kafka
 from rule_support import SetStore, make_plan
 
 from cutover.plan import CutoverPlan, PlanRejected
+from router.base.metrics import METRICS
 from router.dedup.memory import StoreMemory
 from router.rule.decision import Incoming, PartitionRouter
 from router.rule.identity import identity_function
 from router.worker.control import PlanRefused
 from router.worker.status_publisher import (
-    METRICS,
     DeadLetterReason,
     StatusBoard,
     dead_letter_reason,

@@ -212,6 +212,23 @@ def _router(bootstrap: str, raw: str, out: str, control: str, status: str, total
     return done
 
 
+@dataclass(frozen=True)
+class Medians:
+    """Alternating rounds of (pass-through loop, router), summed up: each round's router /
+    loop ratio of records/s and of CPU per record, and the records/s of the median round."""
+
+    ratios: list[float]
+    cpu: list[float]
+    passthrough_per_s: float
+    router_per_s: float
+
+
+def _medians(rounds: list[tuple[Measured, Measured]]) -> Medians:
+    pt, router = sorted(rounds, key=lambda x: x[1].per_s / x[0].per_s)[len(rounds) // 2]
+    return Medians([b.per_s / a.per_s for a, b in rounds],
+                   [b.cpu_us / a.cpu_us for a, b in rounds], pt.per_s, router.per_s)
+
+
 def _faust_agent(bootstrap: str, raw: str, out: str, count: int, datadir: Path) -> float:
     script = Path(__file__).with_name("router_faust_agent.py")
     res = subprocess.run([sys.executable, str(script), bootstrap, raw, out, str(count),
@@ -274,10 +291,8 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
               f"per-record loop {interp_r.per_s:,.0f} records/s = "
               f"{interp_r.per_s / pt_r.per_s:.0%}; transactional floor {floor_r:,.0f} "
               f"records/s = {floor_r / pt_r.per_s:.0%}", flush=True)
-    ratios = [b.per_s / a.per_s for a, b in rounds]
-    cpu = [b.cpu_us / a.cpu_us for a, b in rounds]
-    pt, router = (m.per_s for m in sorted(rounds, key=lambda x: x[1].per_s / x[0].per_s)
-                  [len(rounds) // 2])
+    m = _medians(rounds)
+    ratios, cpu, pt, router = m.ratios, m.cpu, m.passthrough_per_s, m.router_per_s
     print(f"\nconfluent pass-through loop: {pt:,.0f} records/s (median round)")
     print(f"router (route + dedup + checkpoint): {router:,.0f} records/s "
           f"= {router / pt:.0%} of pass-through (median of {ROUNDS} rounds: "
@@ -333,10 +348,8 @@ def test_router_vs_passthrough_at_64_partitions(bootstrap: str, tmp_path: Path) 
         print(f"\n{MANY} partitions, round {r + 1}: confluent pass-through loop "
               f"{got['pt'].per_s:,.0f} records/s, router {got['router'].per_s:,.0f} records/s "
               f"= {got['router'].per_s / got['pt'].per_s:.0%}", flush=True)
-    ratios = [b.per_s / a.per_s for a, b in rounds]
-    cpu = [b.cpu_us / a.cpu_us for a, b in rounds]
-    pt, router = (m.per_s for m in sorted(rounds, key=lambda x: x[1].per_s / x[0].per_s)
-                  [len(rounds) // 2])
+    m = _medians(rounds)
+    ratios, cpu, pt, router = m.ratios, m.cpu, m.passthrough_per_s, m.router_per_s
     print(f"\nat {MANY} partitions the router routes {router / pt:.0%} of the pass-through "
           f"loop's records/s (median of {MANY_ROUNDS} rounds: "
           f"{', '.join(f'{x:.0%}' for x in ratios)}; target at least 100%: "

@@ -211,9 +211,11 @@ class StatusBoard:
     def partition_released(self, route: str, partition: int,
                            counters: PartitionCounters) -> None:
         """The data path lets a partition go (rebalance, or before it is taken over again from
-        its checkpoint): what its state counted stays in this worker's counters."""
+        its checkpoint): what its state counted stays in this worker's counters, and its lag
+        is no longer this worker's to report (its new owner reports it)."""
         with self._lock:
             self.ledger.release(route, partition, counters)
+            self.consumer_lag.pop((route, partition), None)
 
     def dead_lettered(self, route: str, reason: str, n: int = 1) -> None:
         """``n`` records went to the dead-letter topic with ``reason`` (their ``bg.error``)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from cutover.control.routes import Target
+from cutover.settings import DedupSettings
 from router.base.kafka_io import base_conf
 from testground.brokers import create_topics
 from testground.kafka_broker import KafkaCluster
@@ -53,6 +54,9 @@ class ChaosSettings(BaseModel):
     settle_s: float = 40.0                  # after the last fault, before the input stops
     drain_s: float = 120.0                  # at most, for the output to complete
     rss_min_span_s: float = 300.0           # judge RSS over at least this long
+    # the route's dedup.retention_ms (None: the router's default); memory is judged from the
+    # time the stores first hold a whole window (tests/soak/rss.py)
+    retention_ms: int | None = None
 
 
 class FaultOutcome(BaseModel):
@@ -60,6 +64,24 @@ class FaultOutcome(BaseModel):
 
     fault: FaultRecord
     gap: PartitionGap
+
+
+class RssRow(BaseModel):
+    """One sample of one worker process (tests/soak/router_workers.py's RssSample), ``at``
+    seconds after the run started."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instance_id: str
+    pid: int
+    at: float
+    rss_mb: float
+    anon_mb: float | None
+    file_mb: float | None
+    stores_mb: float | None
+    filters_mb: float | None
+    threads: int | None
+    partitions: int | None
 
 
 class ChaosResult(BaseModel):
@@ -73,6 +95,7 @@ class ChaosResult(BaseModel):
     faults: list[FaultOutcome] = []
     verdict: Verdict = Verdict()
     rss: list[WorkerRss] = []
+    rss_series: list[RssRow] = []   # every worker process's samples, for a look afterwards
     notes: list[str] = []   # what went wrong outside the verdict (a worker that exited, ...)
 
 
@@ -90,7 +113,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
                               topics.dead_letter: s.partitions, topics.control: 1,
                               topics.status: 1}, compacted=[topics.control])
     root.mkdir(parents=True, exist_ok=True)
-    pool = WorkerPool(root, bootstrap, topics)
+    pool = WorkerPool(root, bootstrap, topics, s.retention_ms)
     workload = Workload(bootstrap, topics.raw, s.partitions, s.rate, rng.randrange(1 << 30))
     quiet = {**base_conf(bootstrap), "log_level": 0}  # a broker down is the point, not news
     switcher = PlanSwitcher(Target(quiet, topics.control, topics.status),
@@ -144,7 +167,14 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
         res.faults.append(FaultOutcome(fault=f, gap=worst_partition(
             watcher.log.arrived_at, inputs, f.started, end, observed_until)))
     first_end = records[0].ended if records else res.started
-    res.rss = rss_summary(pool.workers.values(), first_end, s.rss_min_span_s)
+    retention_ms = s.retention_ms or DedupSettings().retention_ms
+    res.rss = rss_summary(pool.workers.values(), first_end, s.rss_min_span_s,
+                          window_full_at=res.started + retention_ms / 1000)
+    res.rss_series = [RssRow(instance_id=w.instance_id, pid=x.pid, at=round(x.at - res.started, 1),
+                             rss_mb=x.rss_mb, anon_mb=x.anon_mb, file_mb=x.file_mb,
+                             stores_mb=x.stores_mb, filters_mb=x.filters_mb, threads=x.threads,
+                             partitions=x.partitions)
+                      for w in pool.workers.values() for x in w.rss]
     res.duration_s = round(time.time() - res.started, 1)
     return res
 

@@ -47,6 +47,15 @@ class RouteTopics:
 STORE_CACHE_BYTES = 8 << 20
 
 
+@dataclass(frozen=True)
+class WorkerMetrics:
+    """What a worker's ``/metrics`` says of its memory and partitions."""
+
+    stores_mb: float    # the stores' block cache and memtables
+    filters_mb: float   # the stores' front filters
+    partitions: int     # raw partitions it owns (one consumer-lag series each)
+
+
 @dataclass
 class RssSample:
     at: float       # wall clock, seconds
@@ -54,6 +63,10 @@ class RssSample:
     rss_mb: float
     stores_mb: float | None = None   # the stores' block cache and memtables, from /metrics
     threads: int | None = None       # the process's threads
+    anon_mb: float | None = None     # of rss_mb: anonymous memory (the heaps)
+    file_mb: float | None = None     # of rss_mb: mapped files (libraries, RocksDB's files)
+    filters_mb: float | None = None  # the stores' front filters, from /metrics
+    partitions: int | None = None    # raw partitions it owned, from /metrics
 
 
 @dataclass
@@ -83,20 +96,26 @@ def healthy(port: int) -> bool:
         return False
 
 
-def stores_mb(port: int) -> float | None:
-    """What the worker's dedup stores' block cache and memtables hold, in MiB, from its
-    ``/metrics``; None when it does not answer within a second."""
+def worker_metrics(port: int) -> WorkerMetrics | None:
+    """The worker's memory and partitions from its ``/metrics``; None when it does not answer
+    within a second."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
             text = r.read().decode()
     except (OSError, urllib.error.URLError):
         return None
-    total = 0.0
+    stores = filters = 0.0
+    partitions = 0
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name in ("cutover_store_block_cache_bytes", "cutover_store_write_buffer_bytes"):
-            total += float(value)
-    return round(total / (1 << 20), 1)
+            stores += float(value)
+        elif name == "cutover_store_filter_bytes":
+            filters += float(value)
+        elif name.startswith("cutover_consumer_lag_records{"):
+            partitions += 1
+    return WorkerMetrics(stores_mb=round(stores / (1 << 20), 1),
+                         filters_mb=round(filters / (1 << 20), 1), partitions=partitions)
 
 
 def rss_mb(pid: int) -> float | None:
@@ -107,6 +126,11 @@ def rss_mb(pid: int) -> float | None:
 
 def thread_count(pid: int) -> int | None:
     return _status_field(pid, "Threads")
+
+
+def _mb(pid: int, name: str) -> float | None:
+    value = _status_field(pid, name)
+    return None if value is None else round(value / 1024, 1)
 
 
 def _status_field(pid: int, name: str) -> int | None:
@@ -123,8 +147,11 @@ def _status_field(pid: int, name: str) -> int | None:
 class WorkerPool:
     """The router workers of one route; ``root`` holds their settings, state and logs."""
 
-    def __init__(self, root: Path, bootstrap: str, topics: RouteTopics) -> None:
+    def __init__(self, root: Path, bootstrap: str, topics: RouteTopics,
+                 retention_ms: int | None = None) -> None:
+        """``retention_ms``: the route's ``dedup.retention_ms``, the router's default if None."""
         self.root = root
+        self.retention_ms = retention_ms
         self.bootstrap = bootstrap
         self.topics = topics
         self.workers: dict[str, Worker] = {}
@@ -147,7 +174,9 @@ class WorkerPool:
             "store_memory": {"block_cache_bytes": STORE_CACHE_BYTES,
                              "write_buffer_bytes": STORE_CACHE_BYTES},
             "routes": [{"name": t.route, "inputs": [t.raw], "output": t.output,
-                        "dead_letter": t.dead_letter}],
+                        "dead_letter": t.dead_letter,
+                        **({"dedup": {"retention_ms": self.retention_ms}}
+                           if self.retention_ms is not None else {})}],
         }))
         w = Worker(iid, config, state, self.root / f"{iid}.log", port)
         self.workers[iid] = w
@@ -197,8 +226,12 @@ class WorkerPool:
             pid = w.pid
             mb = rss_mb(pid) if pid is not None else None
             if pid is not None and mb is not None:
-                w.rss.append(RssSample(now, pid, round(mb, 1), stores_mb(w.http_port),
-                                       thread_count(pid)))
+                m = worker_metrics(w.http_port)
+                w.rss.append(RssSample(
+                    now, pid, round(mb, 1), m.stores_mb if m else None, thread_count(pid),
+                    anon_mb=_mb(pid, "RssAnon"), file_mb=_mb(pid, "RssFile"),
+                    filters_mb=m.filters_mb if m else None,
+                    partitions=m.partitions if m else None))
 
     def supervise(self) -> list[str]:
         """Restart, as a supervisor would, every worker that exited by itself or failed its

@@ -1,8 +1,10 @@
 """Worker memory over the run: is it flat?
 
 Per worker process: its resident memory at its first sample (start), at its reference point
-(the first sample once the first fault is over and the process has run a minute: start-up
-caches filled), and at its end: the lowest sample of its last ``END_WINDOW_S``, which is
+(the first sample once the first fault is over, the process has run a minute (start-up caches
+filled) and the run is one dedup retention window old (what a store holds for the window is
+there: a process started later rebuilt or kept its stores for the whole window)), and at its
+end: the lowest sample of its last ``END_WINDOW_S``, which is
 memory it holds, not a recovery's passing peak (a worker that has just rebuilt its stores from
 the output log, as a resumed zombie does, allocates for it and gives the free pages back
 within its trim period, router.worker.allocator; a leak raises the lowest sample too). Its very last
@@ -38,6 +40,9 @@ class WorkerRss(BaseModel):
     end_stores_mb: float | None = None
     reference_threads: int | None = None
     end_threads: int | None = None
+    # the raw partitions it owned at the reference and at the end
+    reference_partitions: int | None = None
+    end_partitions: int | None = None
     span_s: float           # from the reference sample to the last one
     judged: bool
 
@@ -48,7 +53,8 @@ class WorkerRss(BaseModel):
 
 
 def rss_summary(workers: Iterable[Worker], first_fault_end: float,
-                min_span_s: float) -> list[WorkerRss]:
+                min_span_s: float, window_full_at: float = 0.0) -> list[WorkerRss]:
+    """``window_full_at``: when the run's stores first hold a whole retention window."""
     out: list[WorkerRss] = []
     for w in workers:
         by_pid: dict[int, list[RssSample]] = {}
@@ -59,7 +65,7 @@ def rss_summary(workers: Iterable[Worker], first_fault_end: float,
             end = min((x for x in samples if x.at >= last.at - END_WINDOW_S),
                       key=lambda x: x.rss_mb)
             ref = next((x for x in samples
-                        if x.at >= max(first_fault_end, first.at + WARM_S)), None)
+                        if x.at >= max(first_fault_end, first.at + WARM_S, window_full_at)), None)
             span = last.at - ref.at if ref is not None else 0.0
             out.append(WorkerRss(instance_id=w.instance_id, pid=pid, start_mb=first.rss_mb,
                                  reference_mb=ref.rss_mb if ref is not None else None,
@@ -69,6 +75,8 @@ def rss_summary(workers: Iterable[Worker], first_fault_end: float,
                                  end_stores_mb=last.stores_mb,
                                  reference_threads=ref.threads if ref is not None else None,
                                  end_threads=last.threads,
+                                 reference_partitions=ref.partitions if ref is not None else None,
+                                 end_partitions=last.partitions,
                                  judged=ref is not None and span >= min_span_s))
     return out
 

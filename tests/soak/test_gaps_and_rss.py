@@ -64,3 +64,12 @@ def test_the_end_is_memory_held_not_a_recovery_s_passing_peak() -> None:
     # growth that lasts the whole window is growth
     held = _worker([(0, 1, 100.0), (100, 1, 200.0), (650, 1, 240.0), (700, 1, 260.0)])
     assert rss_flat(rss_summary([held], 90, 300)) is False
+
+
+def test_memory_is_judged_once_the_stores_hold_a_whole_retention_window() -> None:
+    # the stores fill for the first 300 s of the run (its retention), then hold
+    filling = _worker([(0, 1, 100.0), (100, 1, 105.0), (300, 1, 130.0), (900, 1, 132.0)])
+    rows = rss_summary([filling], first_fault_end=90, min_span_s=300, window_full_at=300)
+    assert [(r.reference_mb, r.end_mb, r.flat) for r in rows] == [(130.0, 132.0, True)]
+    # judged from after the first fault only, the filling would read as growth
+    assert rss_flat(rss_summary([filling], 90, 300)) is False

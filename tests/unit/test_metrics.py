@@ -12,7 +12,7 @@ from rule_support import SetStore, make_plan
 from cutover.plan import CutoverPlan, PlanRejected
 from router.base.metrics import METRICS
 from router.dedup.memory import StoreMemory
-from router.rule.decision import Incoming, PartitionRouter
+from router.rule.decision import Incoming, PartitionCounters, PartitionRouter
 from router.rule.identity import identity_function
 from router.worker.control import PlanRefused
 from router.worker.status_publisher import (
@@ -120,6 +120,15 @@ def test_times_are_in_seconds_and_a_lag_per_partition_is_exported() -> None:
     assert w.sample("added_latency_seconds_bucket", le="0.025") == 3
     assert w.sample("added_latency_seconds_bucket", le="+Inf") == 4
     assert w.sample("added_latency_seconds_count") == 4
+
+
+def test_a_released_partition_s_lag_is_no_longer_exported() -> None:
+    w = Worker()
+    w.board.lag("r", 0, 42)
+    w.board.lag("r", 1, 7)
+    w.board.partition_released("r", 0, PartitionCounters())
+    assert w.sample("consumer_lag_records", partition="1") == 7
+    assert 'cutover_consumer_lag_records{route="r",partition="0"}' not in w.board.prometheus()
 
 
 def test_every_line_is_prometheus_text_and_every_declared_family_is_exported() -> None:

@@ -268,9 +268,9 @@ def verify(events: dict[int, Event], delivered: dict[str, set[int]], plans: list
             step[version] = step.get(version, 0) + 1
     v.expected = len(expected)
     seen: Counter[int] = Counter()
-    wrong: list[str] = []
-    dup: list[str] = []
-    disorder: list[str] = []
+    wrong: list[tuple[int, str]] = []
+    dup: list[tuple[int, str]] = []
+    disorder: list[tuple[int, str]] = []
     for p, records in log.records.items():
         order = _Order(lines[p])
         for r in records:
@@ -292,14 +292,15 @@ def verify(events: dict[int, Event], delivered: dict[str, set[int]], plans: list
                 dup.append(_sample(r, p, b, f"copy {seen[r.n]}"))
             if order.violates(r, b):
                 v.order_violations += 1
-                disorder.append(_sample(r, p, b, "after a record of a key that moved at a "
-                                        "boundary above it"))
+                disorder.append(_sample(r, p, b, "below a boundary, after a record at or "
+                                        "above it of a key that moves there"))
     missing = sorted(n for n in expected if seen[n] == 0)
     v.lost, v.lost_samples = len(missing), missing[:10]
     v.duplicated = sum(c - 1 for c in seen.values() if c > 1)
     v.steps = steps
-    v.samples = wrong[:10] + dup[:10] + disorder[:10]
-    v.suspects = sorted({int(x.split()[0].removeprefix("n=")) for x in v.samples})
+    shown = wrong[:10] + dup[:10] + disorder[:10]
+    v.samples = [line for _, line in shown]
+    v.suspects = sorted({n for n, _ in shown})
     for name in ("lost", "duplicated", "wrong_version", "unexpected", "order_violations",
                  "unreadable"):
         if getattr(v, name):
@@ -307,6 +308,6 @@ def verify(events: dict[int, Event], delivered: dict[str, set[int]], plans: list
     return v
 
 
-def _sample(r: OutRecord, p: int, bucket: int | None, what: str) -> str:
-    return (f"n={r.n} p{p} t={r.t} by {r.version} "
-            f"{'no key' if bucket is None else f'bucket {bucket}'}: {what}")
+def _sample(r: OutRecord, p: int, bucket: int | None, what: str) -> tuple[int, str]:
+    return r.n, (f"n={r.n} p{p} t={r.t} by {r.version} "
+                 f"{'no key' if bucket is None else f'bucket {bucket}'}: {what}")

@@ -16,7 +16,7 @@ from tests.conformance.data import (
     PER_BATCH,
     TOTAL_BATCHES,
 )
-from tests.conformance.fault_cell import FaultCell
+from tests.conformance.fault_cell import CanaryCell, FaultCell
 from tests.conformance.runner import CellResult
 from tests.conformance.scenario import DIMENSIONS
 
@@ -47,7 +47,8 @@ def _pins(r: CellResult) -> str:
     return "T" if not moved else "T; " + ", ".join(f"p{p} +{d} ms" for p, d in moved.items())
 
 
-SECTION_ORDER = ("grid:kafka", "grid:external", "grid:tansu", "spark", "faults:kafka")
+SECTION_ORDER = ("grid:kafka", "grid:external", "grid:tansu", "spark", "faults:kafka",
+                 "canary:kafka")
 
 
 def _mark(key: str) -> str:
@@ -280,3 +281,63 @@ def write_faults(cells: list[FaultCell], kafka: str, seed: int, repeat: int, ela
             "-" if g is None else f"{g.output_s:.1f}", "-" if g is None else f"{g.input_s:.1f}",
             mark.replace("|", "/") + " |")))
     _put_section("faults:kafka", "\n".join(lines), path)
+
+
+def _step_counts(c: CanaryCell) -> str:
+    """Records forwarded from each version in each step after the first plan's, e.g.
+    ``5%: blue 1700, green 70``."""
+    out = []
+    for step, name in zip(c.result.verdict.steps[1:], c.steps, strict=False):
+        counts = ", ".join(f"{v} {n}" for v, n in sorted(step.forwarded.items()))
+        out.append(f"{name}: {counts or 'nothing'}")
+    return "; ".join(out)
+
+
+def write_canary(cells: list[CanaryCell], kafka: str, seed: int, repeat: int, elapsed_s: float,
+                 path: Path = DOC) -> None:
+    """Replace the canary cells' section (tests/conformance/test_canary_cells.py)."""
+    passed = sum(not c.failures for c in cells)
+    lines = [
+        f"## Canary cells on {kafka} with broker defaults",
+        "",
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- seed: {seed}; every cell {repeat} time{'s' if repeat != 1 else ''}, each a fresh "
+        "route",
+        f"- machine: {_machine()}; load average at the end {os.getloadavg()[0]:.1f}",
+        f"- result: **{passed}/{len(cells)} cells pass**, in {elapsed_s:.0f} s",
+        "",
+        "A per-key canary's rollout under a fault (`tests/conformance/test_canary_cells.py`, "
+        "`tests/soak/`): the fault cells' cluster, route, workers and workload (every seventh "
+        "event without a key), but the plans are a canary's steps, one every 30 s, each "
+        "boundary 15 s of event time ahead of the input, and the fault comes at a random time "
+        "during them. *A*: `green` takes 5% of the keys, then 25%, then every key, with a "
+        "router worker killed (`kill -9`, restarted with its instance id). *B*: `green` takes "
+        "25% of the keys, then the rollback gives them back to `blue`, with a zombie worker "
+        "(frozen past its session, resumed after its partitions moved). The checker decides "
+        "each record's primary with the router's own function of the plan, the key and the "
+        "event time (`cutover.key_primary`; a record without a key follows the segment's "
+        "primary), under each partition's reported boundaries; with ordered handover a record "
+        "of a key that changes primary at a boundary must follow every record below it of the "
+        "version giving keys away there. A cell passes with every record exactly once, from "
+        "its key's primary, in that order, no partition silent more than 60 s beyond its "
+        "input, every step published, and both versions forwarding records in every canary "
+        "step (*per step*: first copies forwarded from each version). Gaps are seconds: the "
+        "worst partition's output gap against its input gap.",
+        "",
+        "| cell | run | steps | fault | records | lost | dup | wrong version | order viol. "
+        "| per step | output gap | input gap | cell (s) | result |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in cells:
+        r = c.result
+        g = r.faults[0].gap if r.faults else None
+        v = r.verdict
+        target = r.faults[0].fault.target if r.faults else "none"
+        mark = "pass" if not c.failures else "**FAIL**: " + "; ".join(c.failures)
+        lines.append("| " + " | ".join(x.replace("|", "/") for x in (
+            c.name, str(c.repetition), " → ".join(c.steps), f"{c.kind.value}: {target}",
+            f"{v.forwarded}/{v.expected}", str(v.lost), str(v.duplicated),
+            str(v.wrong_version), str(v.order_violations), _step_counts(c),
+            "-" if g is None else f"{g.output_s:.1f}", "-" if g is None else f"{g.input_s:.1f}",
+            f"{r.duration_s:.0f}", mark)) + " |")
+    _put_section("canary:kafka", "\n".join(lines), path)

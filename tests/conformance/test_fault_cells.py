@@ -18,32 +18,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testground import brokers
 from testground.kafka_broker import KafkaCluster, kafka_version
 from tests.conformance import report
-from tests.conformance.fault_cell import FaultCell
+from tests.conformance.fault_cell import FaultCell, describe, failures
 from tests.soak.chaos import ChaosResult, ChaosSettings, chaos_run
 from tests.soak.cluster_faults import FaultKind
-from tests.soak.report import summary_line
 
 SEED = int(os.environ.get("CONFORMANCE_SEED", "20260101"))
 REPEAT = int(os.environ.get("CONFORMANCE_FAULT_REPEAT", "5"))
 CI_FAULTS = (FaultKind.COORDINATOR_KILL, FaultKind.WORKER_ZOMBIE)
-STUCK_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def defaults_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    if os.environ.get(brokers.EXTERNAL_BOOTSTRAP_ENV) or brokers.test_broker_kind() != "kafka":
-        pytest.skip("fault cells start their own three-node Apache Kafka")
-    root = tmp_path_factory.mktemp("defaults-kafka")
-    with KafkaCluster(size=3, root=root, broker_defaults=True) as cluster:
-        yield cluster
 
 
 def cell_settings(kind: FaultKind, repetition: int, short: bool = False) -> ChaosSettings:
@@ -65,29 +52,6 @@ def run_fault_cell(cluster: KafkaCluster, kind: FaultKind, repetition: int,
                   say=lambda _line: None)
     print(f"\n[{kind.value} #{repetition}] {describe(r)}", flush=True)
     return r
-
-
-def describe(r: ChaosResult) -> str:
-    f = r.faults[0] if r.faults else None
-    return (f"{r.verdict.forwarded}/{r.verdict.expected} records forwarded; "
-            f"{summary_line(f) + ' after ' + f.fault.target if f else 'no fault'}"
-            f"{''.join('; ' + n for n in (f.fault.notes if f else []) + r.notes)}")
-
-
-def failures(r: ChaosResult) -> list[str]:
-    """Why the cell fails; empty when it passes."""
-    v = r.verdict
-    out = [] if v.expected > 0 else ["the workload wrote nothing"]
-    out += v.reasons
-    if v.lost_samples:
-        out.append(f"first lost: {v.lost_samples}")
-    if len(r.faults) != 1:
-        out.append(f"{len(r.faults)} faults injected instead of 1")
-    for f in r.faults:
-        if f.gap.excess_s > STUCK_S:
-            out.append(f"partition {f.gap.partition}: output silent {f.gap.output_s} s against "
-                       f"{f.gap.input_s} s of input")
-    return out
 
 
 @pytest.mark.broker

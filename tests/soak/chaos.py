@@ -2,10 +2,11 @@
 and forth, faults, and at the end the checker's verdict and each fault's gaps.
 
 The same run serves the 30-minute soak (faults at random times, one every 60-90 s, their kinds
-drawn in shuffled rounds so that every kind comes up in every run) and the
-fault cells of the conformance grid (a fixed list of faults, a shorter run). It bounds itself
-in time and stops every worker it started, whatever happens; the cluster belongs to the
-caller.
+drawn in shuffled rounds so that every kind comes up in every run), the
+fault cells of the conformance grid (a fixed list of faults, a shorter run) and its canary
+cells (a fixed list of plan steps instead of switches back and forth, the fault at a random
+time during them). It bounds itself in time and stops every worker it started, whatever
+happens; the cluster belongs to the caller.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tests.soak.checker import OutputWatcher, Verdict, verify
 from tests.soak.cluster_faults import FaultInjector, FaultKind, FaultRecord
 from tests.soak.forensics import dump_lost
 from tests.soak.gaps import PartitionGap, worst_partition
-from tests.soak.plans import PlanSwitcher
+from tests.soak.plans import PlanSwitcher, Step
 from tests.soak.router_workers import RouteTopics, WorkerPool
 from tests.soak.rss import WorkerRss, rss_summary
 from tests.soak.workload import VERSIONS, Workload
@@ -57,6 +58,12 @@ class ChaosSettings(BaseModel):
     # the route's dedup.retention_ms (None: the router's default); memory is judged from the
     # time the stores first hold a whole window (tests/soak/rss.py)
     retention_ms: int | None = None
+    # these plan steps, one every switch_every_s, instead of switching back and forth; the
+    # input then runs until the last step's boundary is step_tail_s of event time behind it
+    steps: tuple[Step, ...] | None = None
+    step_tail_s: float = 15.0
+    first_fault_s: tuple[float, float] | None = None   # after the switches start (None: at once)
+    keyless_every: int = 0      # every this-many-th event has no key (0: every one has one)
 
 
 class FaultOutcome(BaseModel):
@@ -114,10 +121,12 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
                               topics.status: 1}, compacted=[topics.control])
     root.mkdir(parents=True, exist_ok=True)
     pool = WorkerPool(root, bootstrap, topics, s.retention_ms)
-    workload = Workload(bootstrap, topics.raw, s.partitions, s.rate, rng.randrange(1 << 30))
+    workload = Workload(bootstrap, topics.raw, s.partitions, s.rate, rng.randrange(1 << 30),
+                        keyless_every=s.keyless_every)
     quiet = {**base_conf(bootstrap), "log_level": 0}  # a broker down is the point, not news
     switcher = PlanSwitcher(Target(quiet, topics.control, topics.status),
-                            name, s.switch_every_s, s.plan_lead_ms, lambda: workload.max_t)
+                            name, s.switch_every_s, s.plan_lead_ms, lambda: workload.max_t,
+                            s.steps)
     watcher = OutputWatcher(bootstrap, topics.output, topics.status, name, s.partitions)
     injector = FaultInjector(cluster, pool, s.partitions, rng, s.down_s, s.frozen_s)
     records: list[FaultRecord] = []
@@ -137,6 +146,7 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
         switcher.start()
         records = _fault_loop(s, rng, injector, pool, res, say)
         _sleep_sampling(pool, res, s.settle_s)
+        _await_steps(s, switcher, workload, pool, res)
         switcher.stop()
         workload.stop()
         input_end = time.time()
@@ -154,13 +164,13 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
     res.notes += _errors(workload, switcher, watcher)
     res.events, res.plans = len(workload.events), len(switcher.published)
     res.verdict = verify(workload.events, _delivered(workload), switcher.published, watcher.log)
-    if res.verdict.lost_samples:
+    if res.verdict.lost_samples or res.verdict.suspects:
         try:
             for path in dump_lost(bootstrap, topics.raw, topics.output, workload.events,
-                                  res.verdict.lost_samples, root):
-                res.notes.append(f"lost records' partition dumped: {path}")
+                                  res.verdict.lost_samples, root, res.verdict.suspects):
+                res.notes.append(f"partition of lost or wrong records dumped: {path}")
         except Exception as exc:  # forensics must not hide the verdict
-            res.notes.append(f"dumping the lost records' partitions: {exc}")
+            res.notes.append(f"dumping the lost or wrong records' partitions: {exc}")
     inputs = [workload.logs[v].acked_at for v in VERSIONS]
     for i, f in enumerate(records):
         end = records[i + 1].started if i + 1 < len(records) else input_end
@@ -215,8 +225,9 @@ def _fault_loop(s: ChaosSettings, rng: random.Random, injector: FaultInjector,
     end_at = time.time() + s.minutes * 60
     queue = list(s.schedule) if s.schedule is not None else None
     draws = fault_kinds(rng, s.kinds)
+    first_at = time.time() + (0.0 if s.first_fault_s is None else rng.uniform(*s.first_fault_s))
     while queue is None or queue:
-        at = time.time()
+        at = first_at
         if records:
             last = records[-1]
             at = max(last.started + rng.uniform(*s.fault_every_s), last.ended + QUIET_S)
@@ -230,6 +241,24 @@ def _fault_loop(s: ChaosSettings, rng: random.Random, injector: FaultInjector,
         say(f"{time.strftime('%H:%M:%S')}   {rec.target} ({rec.ended - rec.started:.0f} s)"
             f"{''.join('; ' + n for n in rec.notes)}")
     return records
+
+
+def _await_steps(s: ChaosSettings, switcher: PlanSwitcher, workload: Workload,
+                 pool: WorkerPool, res: ChaosResult) -> None:
+    """With plan steps: until the last one is published and the input is ``step_tail_s`` of
+    event time past its boundary (at most the steps left, the lead, the tail and 30 s)."""
+    if s.steps is None:
+        return
+    left = len(s.steps) - (switcher.plan.epoch - 1)
+    deadline = (time.monotonic() + (left + 1) * s.switch_every_s + s.plan_lead_ms / 1000
+                + s.step_tail_s + 30)
+    while time.monotonic() < deadline:
+        last = switcher.plan.boundaries[-1] if switcher.last_step_published else None
+        if last is not None and (workload.max_t or 0) >= last + s.step_tail_s * 1000:
+            return
+        _sleep_sampling(pool, res, 1.0)
+    res.notes.append(f"the plan steps did not all take effect: {switcher.plan.epoch - 1} of "
+                     f"{len(s.steps)} published")
 
 
 def fault_kinds(rng: random.Random, kinds: tuple[FaultKind, ...]) -> Iterator[FaultKind]:

@@ -1,5 +1,6 @@
-"""When records are lost: the raw and output partitions that held them, written beside the
-workers' logs, so that a failed run can be read record by record after its cluster is gone."""
+"""When records are lost (or doubled, or from the wrong version): the raw and output partitions
+that held them, written beside the workers' logs, so that a failed run can be read record by
+record after its cluster is gone."""
 
 from __future__ import annotations
 
@@ -24,12 +25,15 @@ def _line(offset: int, value: bytes | None, headers: list[tuple[str, bytes]] | N
 
 
 def dump_lost(bootstrap: str, raw: str, output: str, events: dict[int, Event],
-              lost: list[int], root: Path) -> list[Path]:
+              lost: list[int], root: Path, suspects: list[int] | None = None) -> list[Path]:
     """Write ``raw-<p>.tsv`` and ``output-<p>.tsv`` (read_uncommitted and read_committed) for
-    each partition holding one of ``lost``; the paths written."""
+    each partition holding one of ``lost`` or ``suspects`` (records doubled or from the wrong
+    version), and the events' numbers in ``lost.txt`` and ``suspects.txt``; the paths
+    written."""
+    suspects = suspects or []
     conf = {**base_conf(bootstrap), "log_level": 0}
     written: list[Path] = []
-    for p in sorted({events[n].partition for n in lost if n in events}):
+    for p in sorted({events[n].partition for n in lost + suspects if n in events}):
         for topic, name, isolation in ((raw, "raw", "read_committed"),
                                        (output, "output", "read_committed"),
                                        (output, "output-uncommitted", "read_uncommitted")):
@@ -39,5 +43,7 @@ def dump_lost(bootstrap: str, raw: str, output: str, events: dict[int, Event],
                                      {p: OFFSET_BEGINNING}, timeout=120):
                     out.write(_line(m.offset(), m.value(), m.headers()) + "\n")
             written.append(path)
-    (root / "lost.txt").write_text("\n".join(str(n) for n in lost) + "\n")
+    for name, ns in (("lost", lost), ("suspects", suspects)):
+        if ns:
+            (root / f"{name}.txt").write_text("\n".join(str(n) for n in ns) + "\n")
     return written

@@ -31,15 +31,22 @@ VERSIONS = ("blue", "green")
 
 
 class Event(NamedTuple):
-    """One event both versions emit: ``n`` is its identity in the checker."""
+    """One event both versions emit: ``n`` is its identity in the checker; ``keyed``: written
+    with the key :func:`key_of` gives, else with none (a null key)."""
 
     n: int
     partition: int
     t: int
+    keyed: bool = True
 
 
 def key_of(n: int) -> bytes:
     return f"k{n % 997}".encode()
+
+
+def event_key(e: Event) -> bytes | None:
+    """The Kafka key both versions write ``e`` with."""
+    return key_of(e.n) if e.keyed else None
 
 
 def value_of(n: int, t: int, version: str) -> bytes:
@@ -67,8 +74,10 @@ class Workload:
     """Both versions' jobs, run by one thread until :meth:`stop`."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float,
-                 seed: int, interval_s: float = 1.0) -> None:
+                 seed: int, interval_s: float = 1.0, keyless_every: int = 0) -> None:
         self.bootstrap = bootstrap
+        # every this-many-th event has no key (0: none), for a per-key canary's keyless records
+        self.keyless_every = keyless_every
         self.topic = topic
         self.partitions = partitions
         self.rate = rate
@@ -141,7 +150,9 @@ class Workload:
         batch: list[Event] = []
         for _ in range(count):
             n = len(self.events)
-            e = Event(n, n % self.partitions, now_ms - self.rng.randrange(LATENESS_MS // 2))
+            keyed = not self.keyless_every or n % self.keyless_every != self.keyless_every - 1
+            e = Event(n, n % self.partitions, now_ms - self.rng.randrange(LATENESS_MS // 2),
+                      keyed)
             self.events[n] = e
             batch.append(e)
         if batch:
@@ -151,7 +162,7 @@ class Workload:
             for e in batch:
                 headers = TaggedRecord(version=version, event_time=e.t, watermark=wm,
                                        batch=self.batch).to_headers()
-                self._send(producer, e.partition, key_of(e.n), value_of(e.n, e.t, version),
+                self._send(producer, e.partition, event_key(e), value_of(e.n, e.t, version),
                            headers, self._on_ack(version, e))
             for p in range(self.partitions):
                 self._send(producer, p, None, b"", heartbeat_headers(version, after, self.batch),

@@ -156,11 +156,12 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
     ``stream`` while it is live (transactions), else to the batch's ``queue``."""
     assert _fastpath is not None
     rs = owned.route.settings
-    run: CRun = _fastpath.Run(router=owned.router, store=owned.store,
-                              durability=owned.durability, bound=owned.bound,
-                              identity=owned.route.identity, topic=topic,
-                              partition=owned.partition, output=rs.output, stream=stream,
-                              queue=queue)
+    # typed by _fastpath.pyi (the module object itself is untyped here): mypy checks the objects
+    # passed against the Protocols there, the contract of what the C reads and writes
+    run_type: type[CRun] = _fastpath.Run
+    run = run_type(router=owned.router, store=owned.store, durability=owned.durability,
+                   bound=owned.bound, identity=owned.route.identity, topic=topic,
+                   partition=owned.partition, output=rs.output, stream=stream, queue=queue)
     return run
 
 

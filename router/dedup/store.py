@@ -124,11 +124,11 @@ class DedupStore:
         self._span = span_of(settings.retention_ms)
         self._retention = settings.retention_ms
         self._buckets: dict[int, Bucket] = {}
-        self._live: list[array[int]] = []        # live buckets' bits, newest first: the lookups
+        self.live_bits: list[array[int]] = []        # live buckets' bits, newest first: the lookups
         self._max_t: int | None = None      # newest bucket start seen (a lower bound)
         # Identities added since the last flush -> event time: looked up here; their filter
         # bits and keys are set at the flush, for the whole batch at once.
-        self._pending: dict[bytes, int] = {}
+        self.unflushed: dict[bytes, int] = {}
         self._pending_meta: dict[bytes, bytes] = {}
         self._opened: list[Bucket] = []     # buckets to register at the next flush
         self._dropped: list[Bucket] = []    # buckets to delete at the next flush
@@ -285,16 +285,16 @@ class DedupStore:
             self._relive()
 
     def _relive(self) -> None:
-        self._live = [self._buckets[s].words for s in sorted(self._buckets, reverse=True)]
+        self.live_bits = [self._buckets[s].words for s in sorted(self._buckets, reverse=True)]
 
     # -- identities -----------------------------------------------------------------------
 
     def __contains__(self, identity: bytes) -> bool:
-        if identity in self._pending:
+        if identity in self.unflushed:
             return True
         h = _from_bytes(identity, "little")
         m = MASKS[h >> MASK_SHIFT]
-        for words in self._live:
+        for words in self.live_bits:
             if words[h & (len(words) - 1)] & m == m:
                 return self._confirm(identity, h, m)
         return False
@@ -312,7 +312,7 @@ class DedupStore:
         return False
 
     def add(self, identity: bytes, event_time: int) -> None:
-        self._pending[identity] = event_time
+        self.unflushed[identity] = event_time
 
     def _place(self, batch: WriteBatch, pending: dict[bytes, int]) -> None:
         """Put identities (-> event time) into their buckets: filter bits and keys, built by
@@ -377,13 +377,13 @@ class DedupStore:
     @property
     def pending(self) -> int:
         """Identities added since the last flush (not yet durable)."""
-        return len(self._pending)
+        return len(self.unflushed)
 
     def flush(self) -> None:
         """Write buffered identities, new buckets, dropped buckets and metadata as one
         atomic batch."""
-        self._write(self._pending, self._pending_meta)
-        self._pending.clear()
+        self._write(self.unflushed, self._pending_meta)
+        self.unflushed.clear()
         self._pending_meta.clear()
 
     def write_now(self, identities: dict[bytes, int]) -> None:
@@ -438,7 +438,7 @@ class DedupStore:
 
     def __len__(self) -> int:
         """Identities added and not purged (one added twice counts twice)."""
-        return sum(b.count for b in self._buckets.values()) + len(self._pending)
+        return sum(b.count for b in self._buckets.values()) + len(self.unflushed)
 
     @property
     def filter_bytes(self) -> int:
@@ -450,7 +450,7 @@ class DedupStore:
     def close(self) -> None:
         """Write the filters (so the next open need not scan) and close; identities and
         metadata not flushed are dropped (see the module docstring)."""
-        self._pending.clear()
+        self.unflushed.clear()
         self._pending_meta.clear()
         self.flush()  # bucket registrations and drops
         starts = sorted(self._buckets)
@@ -473,11 +473,11 @@ class DedupStore:
         for b in self._buckets.values():
             self.memory.filters.release(len(b.words))
             b.words = array("Q")
-        self._live = []
+        self.live_bits = []
 
     def destroy(self) -> None:
         """Close and delete the directory (the partition moved away or is rebuilt)."""
-        self._pending.clear()
+        self.unflushed.clear()
         self._pending_meta.clear()
         self._release_filters()
         self._buckets.clear()

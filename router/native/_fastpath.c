@@ -51,9 +51,9 @@ static PyObject *poll_timeout;          /* 0.05: as InlineStream.send waits on a
 static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_timestamp, *s_key,
     *s_value, *s_produce, *s_poll, *s_failed, *s_topics, *s_primaries, *s_bounds,
     *s_tolerance, *s_horizon, *s_retention, *s_ordered, *s_closed_upto, *s_counters,
-    *s_suppressed, *s_forwarded, *s_pending, *s_live, *s_skip, *s_next_offsets,
+    *s_suppressed, *s_forwarded, *s_unflushed, *s_live_bits, *s_skip, *s_next_offsets,
     *s_dirty, *s_undelivered, *s_out_pos, *s_queued, *s_live_flag, *s_held, *s_producer,
-    *s_rules, *s_canary, *s_buckets, *int_zero;
+    *s_key_rules, *s_canary, *s_buckets, *int_zero;
 
 typedef struct {
     PyObject_HEAD
@@ -78,7 +78,7 @@ typedef struct {
     Py_ssize_t nprims;
     int64_t bounds[MAX_BOUNDS];
     Py_ssize_t nb;
-    /* a per-key canary (router.rule.decision.PartitionRouter._rules, cutover.key_primary.KeyRule):
+    /* a per-key canary (router.rule.decision.PartitionRouter.key_rules, cutover.key_primary.KeyRule):
      * segment k's canary version (borrowed from rules) and its buckets, 0 without one */
     PyObject *rules;       /* the tuple of KeyRule, or NULL when no segment has a canary */
     PyObject *canary[MAX_BOUNDS + 1];
@@ -168,10 +168,10 @@ static void scan_release(Scan *s) {
     Py_CLEAR(s->held_msg);
 }
 
-/* The segments' canaries, when the timeline has one (PartitionRouter._rules is then a tuple
+/* The segments' canaries, when the timeline has one (PartitionRouter.key_rules is then a tuple
  * of KeyRule, one per segment): -1 error, 0 decline, 1 loaded. */
 static int load_rules(RunObject *self, Scan *s) {
-    PyObject *rules = PyObject_GetAttr(self->router, s_rules);
+    PyObject *rules = PyObject_GetAttr(self->router, s_key_rules);
     if (rules == NULL) return -1;
     if (rules == Py_None) {
         Py_DECREF(rules);
@@ -288,10 +288,10 @@ static int scan_load(RunObject *self, Scan *s) {
     if (!PyDict_Check(s->suppressed)) return 0;
 
     /* the dedup store: its batch of pending identities and its live filter buckets */
-    s->pending = PyObject_GetAttr(self->store, s_pending);
+    s->pending = PyObject_GetAttr(self->store, s_unflushed);
     if (s->pending == NULL) return -1;
     if (!PyDict_Check(s->pending)) return 0;
-    v = PyObject_GetAttr(self->store, s_live);
+    v = PyObject_GetAttr(self->store, s_live_bits);
     if (v == NULL) return -1;
     if (!PyList_Check(v) || PyList_GET_SIZE(v) > MAX_LIVE) {
         Py_DECREF(v);
@@ -1210,20 +1210,25 @@ static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastpath",
                                        "(router.native.compiled).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
+    /* Every attribute and method this file reads, writes or calls on a Python object. The
+     * contract is the Protocols in _fastpath.pyi (RouterView, StoreView, DurabilityView,
+     * BoundView, StreamView, ...): only public names declared there, so that mypy checks the
+     * objects router/native/compiled.py passes; tests/unit/test_native_boundary.py checks this
+     * table against them. Message accessors and Producer methods are confluent-kafka's. */
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_error, "error"}, {&s_topic, "topic"}, {&s_partition, "partition"},
         {&s_offset, "offset"}, {&s_headers, "headers"}, {&s_timestamp, "timestamp"},
         {&s_key, "key"}, {&s_value, "value"}, {&s_produce, "produce"}, {&s_poll, "poll"},
-        {&s_failed, "failed"}, {&s_topics, "topics"}, {&s_primaries, "_primaries"},
-        {&s_bounds, "_bounds"}, {&s_tolerance, "_tolerance"}, {&s_horizon, "horizon"},
+        {&s_failed, "failed"}, {&s_topics, "topics"}, {&s_primaries, "primaries"},
+        {&s_bounds, "bounds"}, {&s_tolerance, "tolerance"}, {&s_horizon, "horizon"},
         {&s_retention, "retention_ms"}, {&s_ordered, "ordered"},
-        {&s_closed_upto, "_closed_upto"}, {&s_counters, "counters"},
-        {&s_suppressed, "suppressed"}, {&s_forwarded, "forwarded"}, {&s_pending, "_pending"},
-        {&s_live, "_live"}, {&s_skip, "skip"},
+        {&s_closed_upto, "closed_upto"}, {&s_counters, "counters"},
+        {&s_suppressed, "suppressed"}, {&s_forwarded, "forwarded"}, {&s_unflushed, "unflushed"},
+        {&s_live_bits, "live_bits"}, {&s_skip, "skip"},
         {&s_next_offsets, "next_offsets"}, {&s_dirty, "dirty"},
         {&s_undelivered, "undelivered"}, {&s_out_pos, "out_pos"}, {&s_queued, "queued"},
         {&s_live_flag, "live"}, {&s_held, "held"}, {&s_producer, "producer"},
-        {&s_rules, "_rules"}, {&s_canary, "canary"}, {&s_buckets, "buckets"}};
+        {&s_key_rules, "key_rules"}, {&s_canary, "canary"}, {&s_buckets, "buckets"}};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         *names[k].slot = PyUnicode_InternFromString(names[k].name);
         if (*names[k].slot == NULL) return NULL;

@@ -1,10 +1,90 @@
 """Types of the compiled per-record path (router/native/_fastpath.c; router.native.compiled
 says why)."""
 
-from collections.abc import Callable
-from typing import Any
+from array import array
+from collections.abc import Callable, Collection
+from typing import Protocol
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaException, Message, Producer
+
+# The contract of the native boundary: every attribute and method _fastpath.c reads, writes or
+# calls on a Python object passed to it is declared in one of these Protocols (the names table
+# in PyInit__fastpath; tests/unit/test_native_boundary.py checks the two agree, and that no
+# name is private). A name the C only reads is a read-only property here; one it writes is an
+# attribute. Run.__init__ is typed with them, so mypy checks, where router/native/compiled.py
+# makes a Run, that the real objects (PartitionRouter, DedupStore, Durability, HeldBound,
+# InlineStream) still have them. Message accessors and Producer methods are confluent-kafka's.
+
+Headers = list[tuple[str, bytes | None]]
+# (output topic, partition, key, value, headers, src): router.durability.output_writer.Output
+Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
+
+class KeyRuleView(Protocol):
+    """One segment's rule with a canary (cutover.key_primary.KeyRule)."""
+    @property
+    def canary(self) -> str | None: ...
+    @property
+    def buckets(self) -> int: ...
+
+class CountersView(Protocol):
+    """A partition's counters (router.rule.decision.PartitionCounters)."""
+    forwarded: int
+    @property
+    def suppressed(self) -> dict[str, int]: ...
+
+class RouterView(Protocol):
+    """A partition's rule (router.rule.decision.PartitionRouter), read at every scan."""
+    horizon: int | None
+    @property
+    def primaries(self) -> tuple[str, ...]: ...
+    @property
+    def bounds(self) -> tuple[int, ...]: ...
+    @property
+    def key_rules(self) -> tuple[KeyRuleView, ...] | None: ...
+    @property
+    def tolerance(self) -> int: ...
+    @property
+    def retention_ms(self) -> int: ...
+    @property
+    def ordered(self) -> bool: ...
+    @property
+    def closed_upto(self) -> int: ...
+    @property
+    def counters(self) -> CountersView: ...
+
+class StoreView(Protocol):
+    """A partition's dedup store (router.dedup.store.DedupStore): the identities added since
+    its last flush (the C adds its forwards' there) and its live filter buckets' bits."""
+    @property
+    def unflushed(self) -> dict[bytes, int]: ...
+    @property
+    def live_bits(self) -> list[array[int]]: ...
+
+class DurabilityView(Protocol):
+    """A partition's positions (router.durability.resume.Durability)."""
+    dirty: bool
+    out_pos: int
+    queued: int
+    @property
+    def skip(self) -> set[tuple[str, int]]: ...
+    @property
+    def next_offsets(self) -> dict[str, int]: ...
+    @property
+    def undelivered(self) -> dict[str, int]: ...
+
+class BoundView(Protocol):
+    """A partition's paused and re-reading topics (router.rule.held_bound.HeldBound)."""
+    @property
+    def topics(self) -> Collection[object]: ...
+
+class StreamView(Protocol):
+    """A partition's transactional output stream (router.durability.inline_output.InlineStream)."""
+    held: Output | None
+    @property
+    def live(self) -> bool: ...
+    @property
+    def producer(self) -> Producer: ...
+    def failed(self, held: Output, exc: KafkaException, /) -> None: ...
 
 def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift: int,
               record_identity: Callable[[bytes | None, bytes | None, int], bytes],
@@ -28,9 +108,10 @@ def record_identity(key: bytes | None, value: bytes | None, event_time: int, /) 
 def key_bucket(key: bytes, /) -> int: ...
 
 class Run:
-    def __init__(self, *, router: Any, store: Any, durability: Any, bound: Any,
-                 identity: Callable[[bytes | None, bytes | None, int], bytes], topic: str,
-                 partition: int, output: str, stream: Any, queue: list[Any]) -> None: ...
+    def __init__(self, *, router: RouterView, store: StoreView, durability: DurabilityView,
+                 bound: BoundView, identity: Callable[[bytes | None, bytes | None, int], bytes],
+                 topic: str, partition: int, output: str, stream: StreamView | None,
+                 queue: list[Output]) -> None: ...
     def scan(self, msgs: list[Message], start: int, /) -> int:
         """Decide ``msgs[start:]`` while they are this partition's and the common case;
         return the index of the first record left to the interpreted path, or -1 when

@@ -34,6 +34,13 @@ segment whose handover is not closed yet go to the interpreted rule, which holds
 that move. The rule is read from the partition at every scan, so a plan applied in the middle
 of a batch (one that waited for a re-read) is followed at once.
 
+The boundary: the C reads, writes and calls only public names of the objects it is given, each
+declared in a Protocol of router/native/_fastpath.pyi (RouterView, StoreView, DurabilityView,
+BoundView, StreamView); :func:`make_run` passes the real objects through ``Run``'s stub type,
+so mypy checks that they satisfy them, and tests/unit/test_native_boundary.py checks the C's
+names table against the Protocols (docs/decisions/024-the-native-boundary.md). Only
+confluent-kafka's Message and Producer structs are read by layout, as above.
+
 The extension is built by ``pip install`` when a C compiler is there (setup.py, optional);
 without it, or with ``CUTOVER_COMPILED_PATH=0``, the router runs interpreted, and its start-up
 log says which.
@@ -156,11 +163,12 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
     ``stream`` while it is live (transactions), else to the batch's ``queue``."""
     assert _fastpath is not None
     rs = owned.route.settings
-    run: CRun = _fastpath.Run(router=owned.router, store=owned.store,
-                              durability=owned.durability, bound=owned.bound,
-                              identity=owned.route.identity, topic=topic,
-                              partition=owned.partition, output=rs.output, stream=stream,
-                              queue=queue)
+    # typed by _fastpath.pyi (the module object itself is untyped here): mypy checks the objects
+    # passed against the Protocols there, the contract of what the C reads and writes
+    run_type: type[CRun] = _fastpath.Run
+    run = run_type(router=owned.router, store=owned.store, durability=owned.durability,
+                   bound=owned.bound, identity=owned.route.identity, topic=topic,
+                   partition=owned.partition, output=rs.output, stream=stream, queue=queue)
     return run
 
 

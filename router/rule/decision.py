@@ -225,7 +225,7 @@ class PartitionRouter:
         self.max_held = max_held
         # None: no record is judged a poison timestamp (the pure-rule tests that need none)
         self.future_tolerance_ms = future_tolerance_ms
-        self._tolerance = NO_LIMIT if future_tolerance_ms is None else future_tolerance_ms
+        self.tolerance = NO_LIMIT if future_tolerance_ms is None else future_tolerance_ms
         self.epoch: int | None = None
         self.horizon: int | None = None
         self.timeline: Timeline | None = None
@@ -238,14 +238,14 @@ class PartitionRouter:
         self.rule_changes = 0    # timeline or closed boundaries changed (router.rule.held_bound)
         self.counters = PartitionCounters()
         # Derived from the timeline, for the per-record path.
-        self._bounds: tuple[int, ...] = ()
-        self._primaries: tuple[str, ...] = ()
+        self.bounds: tuple[int, ...] = ()
+        self.primaries: tuple[str, ...] = ()
         # each segment's rule when a canary is in the timeline, else None (no key is read)
-        self._rules: tuple[KeyRule, ...] | None = None
+        self.key_rules: tuple[KeyRule, ...] | None = None
         # per boundary: the versions that give keys away there and so must pass it
         self._givers: tuple[tuple[str, ...], ...] = ()
         self._last_bound: int | None = None
-        self._closed_upto = 0  # leading boundaries whose handover is complete
+        self.closed_upto = 0  # leading boundaries whose handover is complete
         self._hold_reason = self._over_reason = ""
         self._rule_changed()
 
@@ -270,16 +270,16 @@ class PartitionRouter:
     def _set_timeline(self, timeline: Timeline | None) -> None:
         self.timeline = timeline
         if timeline is None:
-            self._bounds, self._primaries, self._last_bound = (), (), None
-            self._rules, self._givers = None, ()
+            self.bounds, self.primaries, self._last_bound = (), (), None
+            self.key_rules, self._givers = None, ()
         else:
-            self._bounds, self._primaries = timeline.bounds, timeline.primaries
-            self._last_bound = self._bounds[-1] if self._bounds else None
+            self.bounds, self.primaries = timeline.bounds, timeline.primaries
+            self._last_bound = self.bounds[-1] if self.bounds else None
             rules = timeline.rules
-            self._rules = rules if timeline.canaries else None
+            self.key_rules = rules if timeline.canaries else None
             self._givers = tuple(tuple(dict.fromkeys(h.old for h in handovers(a, b)))
                                  for a, b in pairwise(rules))
-        self._closed_upto = 0
+        self.closed_upto = 0
         self._advance_closed()
         self._rule_changed()
 
@@ -288,16 +288,16 @@ class PartitionRouter:
         self.paused = False
         if self.timeline is None:
             why = "no cutover plan for this route yet"
-        elif self._closed_upto < len(self._bounds):
-            givers = " and ".join(repr(v) for v in self._givers[self._closed_upto])
+        elif self.closed_upto < len(self.bounds):
+            givers = " and ".join(repr(v) for v in self._givers[self.closed_upto])
             why = (f"ordered handover: waiting for {givers} to "
-                   f"pass {self._bounds[self._closed_upto]}")
+                   f"pass {self.bounds[self.closed_upto]}")
         else:
             why = "ordered handover"  # nothing is held once every boundary has closed
         self._hold_reason = why
-        self._hold_rule = HoldRule(self.timeline is not None, self.ordered, self._bounds,
-                                   self._primaries, self._closed_upto, self._tolerance,
-                                   self._rules)
+        self._hold_rule = HoldRule(self.timeline is not None, self.ordered, self.bounds,
+                                   self.primaries, self.closed_upto, self.tolerance,
+                                   self.key_rules)
         self._over_reason = (f"{why}; {self.max_held} records held (max_held): not kept, read "
                              "again from the raw topic")
 
@@ -364,14 +364,14 @@ class PartitionRouter:
         needed. Half of all raw records are the other version's. Otherwise (a poison
         timestamp too, and every record while a canary is in the timeline: its primary
         depends on its key) the caller gets the decision from :meth:`decide`."""
-        prims = self._primaries
-        if not prims or self._rules is not None:
+        prims = self.primaries
+        if not prims or self.key_rules is not None:
             return False
         lb = self._last_bound  # most records fall in the last segment: checked first
         if version == (prims[-1] if lb is None or t >= lb
-                       else prims[bisect.bisect_right(self._bounds, t)]):
+                       else prims[bisect.bisect_right(self.bounds, t)]):
             return False
-        if written_at is not None and t - self._tolerance > written_at >= 0:
+        if written_at is not None and t - self.tolerance > written_at >= 0:
             return False
         h = self.horizon
         if h is None or t > h:
@@ -385,28 +385,28 @@ class PartitionRouter:
         record never releases others, so its answer is exactly one decision. ``releasing``:
         the record is already held (a release re-decides it)."""
         w = rec.written_at
-        if w is not None and rec.event_time - self._tolerance > w >= 0:  # type: ignore[operator]
+        if w is not None and rec.event_time - self.tolerance > w >= 0:  # type: ignore[operator]
             return self._poison(rec, w)
         if self.timeline is None:
             return self._hold(rec, releasing)
         t: int = rec.event_time  # type: ignore[assignment]
         lb = self._last_bound
-        seg = (len(self._bounds) if lb is None or t >= lb
-               else bisect.bisect_right(self._bounds, t))
-        rules = self._rules
+        seg = (len(self.bounds) if lb is None or t >= lb
+               else bisect.bisect_right(self.bounds, t))
+        rules = self.key_rules
         if rules is None:
-            if rec.version != self._primaries[seg]:
+            if rec.version != self.primaries[seg]:
                 self._count_suppressed(rec.version, t)
                 return Decision(Outcome.SUPPRESS, rec)
-            if self.ordered and seg > self._closed_upto:
+            if self.ordered and seg > self.closed_upto:
                 return self._hold(rec, releasing)
         else:  # a canary: the primary of the record's key
             bucket = bucket_of(rec.key)
             if rec.version != rules[seg].owner(bucket):
                 self._count_suppressed(rec.version, t)
                 return Decision(Outcome.SUPPRESS, rec)
-            if self.ordered and seg > self._closed_upto and \
-                    moves(rules, self._closed_upto, seg, bucket):
+            if self.ordered and seg > self.closed_upto and \
+                    moves(rules, self.closed_upto, seg, bucket):
                 return self._hold(rec, releasing)
         h = self.horizon
         if h is not None and t < h - self.retention_ms:
@@ -461,8 +461,8 @@ class PartitionRouter:
 
     def _advance_closed(self) -> bool:
         """Close boundaries whose previous primary has passed them; True if any closed."""
-        bounds, givers, wms = self._bounds, self._givers, self.watermarks
-        before = self._closed_upto
+        bounds, givers, wms = self.bounds, self._givers, self.watermarks
+        before = self.closed_upto
         i = before
         ct = self.closed_through
         while i < len(bounds):
@@ -473,7 +473,7 @@ class PartitionRouter:
             else:
                 break
         if i > before:
-            self._closed_upto = i
+            self.closed_upto = i
             top = bounds[i - 1]
             if ct is None or top > ct:
                 self.closed_through = top
@@ -498,8 +498,8 @@ class PartitionRouter:
     @property
     def reads_keys(self) -> bool:
         """A canary is in this partition's timeline: a record's primary depends on its key
-        (router/native/_fastpath.c reads ``_rules`` and the key's bucket then)."""
-        return self._rules is not None
+        (router/native/_fastpath.c reads ``key_rules`` and the key's bucket then)."""
+        return self.key_rules is not None
 
     # -- readiness inputs -------------------------------------------------------------------
 
@@ -512,7 +512,7 @@ class PartitionRouter:
     def boundary_of(self, to_version: str) -> int | None:
         """This partition's (possibly pinned) boundary where ``to_version`` becomes primary
         for good: the start of the last segment, if its primary is ``to_version``."""
-        if not self._bounds or self._primaries[-1] != to_version:
+        if not self.bounds or self.primaries[-1] != to_version:
             return None
-        return self._bounds[-1]
+        return self.bounds[-1]
 

@@ -237,7 +237,7 @@ def _state(dp: DataPath, producer: Recorder) -> dict[str, Any]:
         out[f"{key}"] = {
             "snapshot": r.snapshot(), "counters": r.counters, "paused": r.paused,
             "held": [(h.version, h.event_time, h.key, h.value, h.ref.offset) for h in r.held],
-            "pending": dict(o.store._pending), "disk": (o.store.disk_reads,
+            "pending": dict(o.store.unflushed), "disk": (o.store.disk_reads,
                                                         o.store.false_positives),
             "dur": (d.next_offsets, d.out_pos, d.queued, d.undelivered, d.dirty, d.skip),
             "bound": (sorted(o.bound.topics), list(o.bound.pending)),

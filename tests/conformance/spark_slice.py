@@ -9,6 +9,14 @@ verifier against a reference computed in plain Python from the input: every wind
 from blue below its partition's effective boundary, from green at or above it (the boundary as
 pinned per partition, read from the status topic).
 
+A canary cell (``SparkCell.canary``) switches twice: first ``cutover switch --canary
+green:SHARE --at auto`` gives green a share of the keys, and once that boundary is clear and
+the canary segment has been routed for a while, ``cutover switch --to green --at auto`` gives
+it every key; the teardown follows as above. Its reference takes each record's version from
+the published plan by the product's own rule (cutover.key_primary) with each boundary as
+pinned on the record's partition, and the cell fails unless green forwarded some keys and blue
+others in the canary segment.
+
 Why the input is written in flushed slices: a record is late in Spark when its batch's
 watermark has passed it, and a batch reads a prefix of every partition. With every slice
 acknowledged before the next one is produced, a batch can split only the newest slice, so no

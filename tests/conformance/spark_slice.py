@@ -539,10 +539,15 @@ class SparkRun:
             # for a while, then a second switch gives it every key
             plan = self._switch(res, "--canary", f"{NEW}:{self.cell.canary * 100:g}%")
             self.canary_pins = [res.pins]
-            self.wait_for("CLEAR_TO_TEARDOWN of the canary's boundary", lambda: self.follower.
-                          view().transition().state is TransitionState.CLEAR_TO_TEARDOWN, 300)
-            res.notes.append(f"canary boundary {res.boundary} (pins {res.pins}) clear after "
-                             f"{time.monotonic() - t_switch:.1f} s")
+            # blue stays primary of the other keys: the canary's boundary is HANDED_OVER,
+            # never CLEAR_TO_TEARDOWN
+            state = self.wait_for("the canary's boundary HANDED_OVER", lambda: (
+                s := self.follower.view().transition().state).clear and s, 300)
+            if state is not TransitionState.HANDED_OVER:
+                res.reasons.append(f"the canary's boundary reached {state.value}, not "
+                                   "HANDED_OVER")
+            res.notes.append(f"canary boundary {res.boundary} (pins {res.pins}) handed over "
+                             f"after {time.monotonic() - t_switch:.1f} s")
             time.sleep(CANARY_RUN_S)
             t_switch = time.monotonic()
         plan = self._switch(res, "--to", NEW)

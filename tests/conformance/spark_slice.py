@@ -621,13 +621,23 @@ class SparkRun:
             if first[m.partition] <= t < second[m.partition]:
                 version = m.headers[VERSION].decode()
                 counts[version] += 1
-                keys.setdefault(version, set()).add(m.key or b"")
+                keys.setdefault(version, set()).add(self._job_key(m))
         res.notes.append("canary segment forwarded: " + ", ".join(
             f"{v} {counts[v]} records of {sorted(k.decode() for k in keys[v])}"
             for v in (OLD, NEW)))
         if not keys[OLD] or not keys[NEW] or keys[OLD] & keys[NEW]:
             res.reasons.append("the canary segment does not split the keys between the "
                                f"versions: {OLD} {sorted(keys[OLD])}, {NEW} {sorted(keys[NEW])}")
+
+    @staticmethod
+    def _job_key(m: OutRecord) -> bytes:
+        """The job's Kafka key of an output record: its customer (the identity of a windowed
+        record, a field of an enriched order)."""
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            customer = json.loads(m.value).get("customer")
+            if isinstance(customer, str):
+                return customer.encode()
+        return m.key or b""
 
     def _kill_and_restart_old(self, res: CellResult) -> None:
         """kill -9 blue while the transition is pending, preferably between its data and its

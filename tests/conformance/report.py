@@ -225,7 +225,13 @@ def write_spark(results: list[CellResult], broker: BrokerUnderTest, elapsed_s: f
         f"on alone for {ss.RUN_AFTER_TEARDOWN_S:.0f} s, then one order "
         f"{ss.CLOSING_GAP_MS // 1000} s ahead closes the windows. The old-job failure kills "
         "blue with kill -9 while the switch is pending (aimed between a batch's data and its "
-        "heartbeats) and restarts it on its checkpoint, so Spark replays the batch.",
+        "heartbeats) and restarts it on its checkpoint, so Spark replays the batch. The "
+        "canary cell switches twice: `--canary green:30%` (customers c000 and c004 of the "
+        "eight fall in that share of the key buckets), and once that boundary is clear and "
+        f"the canary has been routed for {ss.CANARY_RUN_S:.0f} s, `--to green`; its "
+        "reference takes each record's version from the plan per key "
+        "(`cutover.key_primary`), and it fails unless the canary segment has records of both "
+        "versions for different keys.",
         "",
         "The reference is computed in plain Python from the orders written, never from the "
         "router or the jobs' output: for `windowed_totals` every 10 s window per customer "

@@ -9,6 +9,14 @@ verifier against a reference computed in plain Python from the input: every wind
 from blue below its partition's effective boundary, from green at or above it (the boundary as
 pinned per partition, read from the status topic).
 
+A canary cell (``SparkCell.canary``) switches twice: first ``cutover switch --canary
+green:SHARE --at auto`` gives green a share of the keys, and once that boundary is clear and
+the canary segment has been routed for a while, ``cutover switch --to green --at auto`` gives
+it every key; the teardown follows as above. Its reference takes each record's version from
+the published plan by the product's own rule (cutover.key_primary) with each boundary as
+pinned on the record's partition, and the cell fails unless green forwarded some keys and blue
+others in the canary segment.
+
 Why the input is written in flushed slices: a record is late in Spark when its batch's
 watermark has passed it, and a batch reads a prefix of every partition. With every slice
 acknowledged before the next one is produced, a batch can split only the newest slice, so no
@@ -36,7 +44,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pydantic import BaseModel, ConfigDict
 
 from cutover.control.routes import RouteView
-from cutover.headers import parse_headers
+from cutover.headers import EVENT_TIME, VERSION, parse_headers
+from cutover.key_primary import primary_for
+from cutover.plan import CutoverPlan
 from cutover.status import TransitionState
 from router.base.kafka_io import base_conf, read_to_end
 from spark_tagger.partitioner import partition_for
@@ -102,10 +112,21 @@ class SparkCell(BaseModel):
     failure: Literal[Failure.NONE, Failure.OLD_JOB_REPLAY] = Failure.NONE
     seed: int = 31
     margin: str = "20s"   # ``cutover switch --margin``: how far ahead of the horizon
+    # green's share of the keys in a first switch (``--canary green:SHARE``), then a second
+    # switch gives green every key; None: one whole switch
+    canary: float | None = None
 
     @property
     def id(self) -> str:
-        return f"spark-{self.job}-{self.failure.value}-{self.handover}"
+        tail = f"-canary{round(self.canary * 100)}" if self.canary is not None else ""
+        return f"spark-{self.job}-{self.failure.value}-{self.handover}{tail}"
+
+    @property
+    def label(self) -> str:
+        """The job as the report names the cell (a canary cell says so)."""
+        if self.canary is None:
+            return self.job
+        return f"{self.job}, canary {NEW}:{self.canary * 100:g}% then whole"
 
     def scenario(self) -> Scenario:
         """The grid's dimensions for this cell (one Kafka source, record identity)."""
@@ -126,7 +147,13 @@ SPARK_CELLS = (
               seed=33, margin="60s"),
     SparkCell(job="windowed_totals_foreach_batch", handover="ordered", seed=34),
     SparkCell(job="windowed_totals_connect", handover="ordered", seed=35),
+    # Per-key canary. The jobs key their output by customer, c000..c007, whose buckets are
+    # 2532, 9768, 9677, 7327, 1995, 4657, 4649, 8689 (cutover.key_bucket): 25% (buckets
+    # < 2500) would give green c004 alone, so the share is 30% (< 3000): c000 and c004 go to
+    # green in the canary segment, the other six stay blue's.
+    SparkCell(job="windowed_totals", handover="ordered", seed=36, canary=0.3),
 )
+CANARY_RUN_S = 8.0   # how long the canary segment is routed before the second switch
 
 
 def windowed(job: str) -> bool:
@@ -255,15 +282,34 @@ def enrich_value(version: str, o: Order) -> dict[str, Any]:
 Ref = dict[tuple[int, bytes, int], tuple[str, bytes]]
 
 
-def reference(job: str, orders: list[Order], pins: dict[int, int], final_wm: int) -> Ref:
+def version_by_plan(plan: CutoverPlan, pins: list[dict[int, int]], partition: int,
+                    key: bytes | None, t: int) -> str:
+    """The primary of a record by the product's own rule (cutover.key_primary): the plan's
+    segment at ``t`` with the partition's effective boundaries (``pins[i]``: each
+    partition's boundary of the plan's segment ``i + 1``, as pinned), then the key's bucket;
+    a record without a key follows the segment's primary."""
+    segment = 0
+    for i, pinned in enumerate(pins):
+        if t >= pinned[partition]:
+            segment = i + 1
+    return primary_for(plan.segments[segment].rule, key)
+
+
+def reference(job: str, orders: list[Order], pins: dict[int, int], final_wm: int,
+              plan: tuple[CutoverPlan, list[dict[int, int]]] | None = None) -> Ref:
     """(partition, identity, event time) -> (version, canonical value), from the input alone:
-    blue below the partition's effective boundary, green at or above it. A window's event time
-    is its end (exclusive); windows the final watermark never passed stay open and are out."""
+    blue below the partition's effective boundary, green at or above it; with ``plan`` (the
+    plan as published and each boundary's pins per partition) the version is the plan's
+    primary for the record's key. A window's event time is its end (exclusive); windows the
+    final watermark never passed stay open and are out."""
     ref: Ref = {}
 
     def add(customer: str, t: int, ident: bytes, value: Callable[[str], dict[str, Any]]) -> None:
         p = partition_for(customer.encode(), None, RAW_PARTITIONS)
-        version = NEW if t >= pins[p] else OLD
+        if plan is None:
+            version = NEW if t >= pins[p] else OLD
+        else:
+            version = version_by_plan(plan[0], plan[1], p, customer.encode(), t)
         ref[(p, ident, t)] = (version, canonical(value(version)))
 
     if windowed(job):
@@ -381,6 +427,9 @@ class SparkRun:
         self.follower = StatusFollower(self.bootstrap, self.status, self.route, RAW_PARTITIONS)
         self.worker: RouterChild | None = None
         self._stopped: set[str] = set()
+        # a canary cell: the final plan and each of its boundaries' pins per partition
+        self.canary_pins: list[dict[int, int]] | None = None
+        self.plan: CutoverPlan | None = None
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -433,7 +482,7 @@ class SparkRun:
 
     def run(self) -> CellResult:
         started = time.monotonic()
-        res = CellResult(cell=self.cell.scenario(), job=self.cell.job)
+        res = CellResult(cell=self.cell.scenario(), job=self.cell.label)
         ref: Ref = {}
         try:
             ref = self._drive(res)
@@ -460,6 +509,8 @@ class SparkRun:
                 if versions != {OLD, NEW}:
                     res.reasons.append(f"the reference holds only {sorted(versions)}: the "
                                        "switch tested nothing")
+                if self.canary_pins is not None:
+                    self._check_canary_segment(res, out)
             except Exception as exc:
                 res.reasons.append(f"verification aborted: {type(exc).__name__}: "
                                    f"{str(exc)[:300]}")
@@ -482,26 +533,27 @@ class SparkRun:
         # Green has caught up: past the preloaded input and close behind blue everywhere.
         self.wait_for("green to catch up with blue on every partition",
                       lambda: self.caught_up(preload_wm), 360)
-        view = self.follower.view()
-        horizons = {p: ps.horizon for p, (ps, *_) in view.partitions.items()}
         t_switch = time.monotonic()
-        rc, out = self.cli("switch", "--route", self.route, "--to", NEW, "--at", "auto",
-                           "--margin", self.cell.margin)
-        if rc != 0:
-            raise RuntimeError(f"switch refused: {out.strip()}")
-        plan = self.wait_for("the plan on the status topic", lambda: (
-            (v := self.follower.view()).plan is not None and v.plan.transition is not None
-            and v.plan), 60)
-        self.wait_for("every partition on the new plan", lambda: len(
-            (v := self.follower.view()).partitions) == RAW_PARTITIONS and all(
-            e == plan.epoch for _, e, *_ in v.partitions.values()), 60)
-        res.boundary = plan.transition[2]
-        res.pins = {p: b for p, pp in self.follower.view().progress().items()
-                    if (b := pp.boundary) is not None}
-        for p, h in horizons.items():
-            if h is not None and res.pins[p] <= h:
-                res.reasons.append(f"partition {p}: boundary {res.pins[p]} not above the "
-                                   f"horizon {h} before the switch")
+        if self.cell.canary is not None:
+            # the canary: green takes a share of the keys at an automatic boundary, is routed
+            # for a while, then a second switch gives it every key
+            plan = self._switch(res, "--canary", f"{NEW}:{self.cell.canary * 100:g}%")
+            self.canary_pins = [res.pins]
+            # blue stays primary of the other keys: the canary's boundary is HANDED_OVER,
+            # never CLEAR_TO_TEARDOWN
+            state = self.wait_for("the canary's boundary HANDED_OVER", lambda: (
+                s := self.follower.view().transition().state).clear and s, 300)
+            if state is not TransitionState.HANDED_OVER:
+                res.reasons.append(f"the canary's boundary reached {state.value}, not "
+                                   "HANDED_OVER")
+            res.notes.append(f"canary boundary {res.boundary} (pins {res.pins}) handed over "
+                             f"after {time.monotonic() - t_switch:.1f} s")
+            time.sleep(CANARY_RUN_S)
+            t_switch = time.monotonic()
+        plan = self._switch(res, "--to", NEW)
+        if self.canary_pins is not None:
+            self.canary_pins.append(res.pins)
+            self.plan = plan
         if self.cell.failure is Failure.OLD_JOB_REPLAY:
             self._kill_and_restart_old(res)
         self.wait_for("CLEAR_TO_TEARDOWN", lambda: self.follower.view().transition().state
@@ -517,7 +569,9 @@ class SparkRun:
         time.sleep(RUN_AFTER_TEARDOWN_S)
         self.writer.stop()
         final_wm = self.writer.close_windows()
-        ref = reference(self.cell.job, self.writer.written, res.pins, final_wm)
+        ref = reference(self.cell.job, self.writer.written, res.pins, final_wm,
+                        None if self.canary_pins is None or self.plan is None
+                        else (self.plan, self.canary_pins))
         by_version = Counter(version for version, _ in ref.values())
         res.notes.append(f"reference: {OLD} {by_version[OLD]}, {NEW} {by_version[NEW]}")
         # counted as a read_committed consumer sees them (end offsets count commit markers)
@@ -527,6 +581,63 @@ class SparkRun:
         self.alive()
         res.notes.append(self.counters_note())
         return ref
+
+    def _switch(self, res: CellResult, *how: str) -> CutoverPlan:
+        """``cutover switch --at auto`` (``how``: ``--to V`` or ``--canary V:SHARE``); waits
+        for every partition on the new plan and reads its boundary and each partition's pin
+        into ``res``. Returns the plan as published."""
+        view = self.follower.view()
+        epoch = view.plan.epoch if view.plan is not None else -1
+        horizons = {p: ps.horizon for p, (ps, *_) in view.partitions.items()}
+        rc, out = self.cli("switch", "--route", self.route, *how, "--at", "auto",
+                           "--margin", self.cell.margin)
+        if rc != 0:
+            raise RuntimeError(f"switch {' '.join(how)} refused: {out.strip()}")
+        plan: CutoverPlan = self.wait_for("the plan on the status topic", lambda: (
+            (v := self.follower.view()).plan is not None and v.plan.epoch > epoch
+            and v.plan.transition is not None and v.plan), 60)
+        self.wait_for("every partition on the new plan", lambda: len(
+            (v := self.follower.view()).partitions) == RAW_PARTITIONS and all(
+            e == plan.epoch for _, e, *_ in v.partitions.values()), 60)
+        assert plan.transition is not None
+        res.boundary = plan.transition[2]
+        res.pins = {p: b for p, pp in self.follower.view().progress().items()
+                    if (b := pp.boundary) is not None}
+        for p, h in horizons.items():
+            if h is not None and res.pins[p] <= h:
+                res.reasons.append(f"partition {p}: boundary {res.pins[p]} not above the "
+                                   f"horizon {h} before the switch {' '.join(how)}")
+        return plan
+
+    def _check_canary_segment(self, res: CellResult, out: list[OutRecord]) -> None:
+        """The canary must not pass vacuously: in its segment green forwarded records for
+        some keys and blue for others."""
+        assert self.canary_pins is not None
+        first, second = self.canary_pins
+        keys: dict[str, set[bytes]] = {OLD: set(), NEW: set()}
+        counts: Counter[str] = Counter()
+        for m in out:
+            t = int(m.headers[EVENT_TIME])
+            if first[m.partition] <= t < second[m.partition]:
+                version = m.headers[VERSION].decode()
+                counts[version] += 1
+                keys.setdefault(version, set()).add(self._job_key(m))
+        res.notes.append("canary segment forwarded: " + ", ".join(
+            f"{v} {counts[v]} records of {sorted(k.decode() for k in keys[v])}"
+            for v in (OLD, NEW)))
+        if not keys[OLD] or not keys[NEW] or keys[OLD] & keys[NEW]:
+            res.reasons.append("the canary segment does not split the keys between the "
+                               f"versions: {OLD} {sorted(keys[OLD])}, {NEW} {sorted(keys[NEW])}")
+
+    @staticmethod
+    def _job_key(m: OutRecord) -> bytes:
+        """The job's Kafka key of an output record: its customer (the identity of a windowed
+        record, a field of an enriched order)."""
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            customer = json.loads(m.value).get("customer")
+            if isinstance(customer, str):
+                return customer.encode()
+        return m.key or b""
 
     def _kill_and_restart_old(self, res: CellResult) -> None:
         """kill -9 blue while the transition is pending, preferably between its data and its

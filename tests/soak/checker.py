@@ -10,7 +10,7 @@ product's own pure function: a record without a key follows the segment's primar
 
 Ordered handover: at a boundary ``B`` of a partition, a record of a key whose primary changes
 at ``B`` (at or above it) follows every record below ``B`` of the versions that give keys away
-there (docs/contract.md, "Ordered handover"). For a whole switch every key moves and the one
+there (docs/contract.md, "The routing rule"). For a whole switch every key moves and the one
 giver is the old primary, so this is: no record below ``B`` follows one at or above it. With a
 canary a key that does not move keeps its version's own order, and is not checked there.
 """

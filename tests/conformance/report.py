@@ -252,19 +252,27 @@ def write_spark(results: list[CellResult], broker: BrokerUnderTest, elapsed_s: f
     _put_section("spark", "\n".join(lines), path)
 
 
+def _run_header(title: str, kafka: str, seed: int, unit: str, repeat: int, passed: int,
+                cells: int, elapsed_s: float) -> list[str]:
+    """A chaos-run section's heading and the run's facts (fault cells, canary cells)."""
+    return [
+        f"## {title} on {kafka} with broker defaults",
+        "",
+        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- seed: {seed}; every {unit} {repeat} time{'s' if repeat != 1 else ''}, each a fresh "
+        "route",
+        f"- machine: {_machine()}; load average at the end {os.getloadavg()[0]:.1f}",
+        f"- result: **{passed}/{cells} cells pass**, in {elapsed_s:.0f} s",
+        "",
+    ]
+
+
 def write_faults(cells: list[FaultCell], kafka: str, seed: int, repeat: int, elapsed_s: float,
                  path: Path = DOC) -> None:
     """Replace the fault cells' section (tests/conformance/test_fault_cells.py)."""
-    passed = sum(not c.failures for c in cells)
     lines = [
-        f"## Fault cells on {kafka} with broker defaults",
-        "",
-        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- seed: {seed}; every fault {repeat} time{'s' if repeat != 1 else ''}, each a fresh "
-        "route",
-        f"- machine: {_machine()}; load average at the end {os.getloadavg()[0]:.1f}",
-        f"- result: **{passed}/{len(cells)} cells pass**, in {elapsed_s:.0f} s",
-        "",
+        *_run_header("Fault cells", kafka, seed, "fault", repeat,
+                     sum(not c.failures for c in cells), len(cells), elapsed_s),
         "Each fault of the chaos soak on its own (`tests/conformance/test_fault_cells.py`, "
         "`tests/soak/`): three nodes with Apache Kafka's defaults except replication 3 and "
         "min.insync.replicas 2, six partitions, two workers with instance ids, both versions "
@@ -302,16 +310,9 @@ def _step_counts(c: CanaryCell) -> str:
 def write_canary(cells: list[CanaryCell], kafka: str, seed: int, repeat: int, elapsed_s: float,
                  path: Path = DOC) -> None:
     """Replace the canary cells' section (tests/conformance/test_canary_cells.py)."""
-    passed = sum(not c.failures for c in cells)
     lines = [
-        f"## Canary cells on {kafka} with broker defaults",
-        "",
-        f"- date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- seed: {seed}; every cell {repeat} time{'s' if repeat != 1 else ''}, each a fresh "
-        "route",
-        f"- machine: {_machine()}; load average at the end {os.getloadavg()[0]:.1f}",
-        f"- result: **{passed}/{len(cells)} cells pass**, in {elapsed_s:.0f} s",
-        "",
+        *_run_header("Canary cells", kafka, seed, "cell", repeat,
+                     sum(not c.failures for c in cells), len(cells), elapsed_s),
         "A per-key canary's rollout under a fault (`tests/conformance/test_canary_cells.py`, "
         "`tests/soak/`): the fault cells' cluster, route, workers and workload (every seventh "
         "event without a key), but the plans are a canary's steps, one every 30 s, each "

@@ -120,8 +120,7 @@ def worker_metrics(port: int) -> WorkerMetrics | None:
 
 def rss_mb(pid: int) -> float | None:
     """Resident memory of ``pid`` in MiB (``VmRSS``), None when it is gone."""
-    value = _status_field(pid, "VmRSS")
-    return None if value is None else value / 1024
+    return _mb(pid, "VmRSS")
 
 
 def thread_count(pid: int) -> int | None:
@@ -129,6 +128,7 @@ def thread_count(pid: int) -> int | None:
 
 
 def _mb(pid: int, name: str) -> float | None:
+    """A memory figure of ``/proc/<pid>/status`` in MiB, to 0.1; None when it is gone."""
     value = _status_field(pid, name)
     return None if value is None else round(value / 1024, 1)
 

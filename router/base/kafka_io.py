@@ -99,9 +99,10 @@ SESSION_TIMEOUT_MS = 6000
 # (1 s by default) once its queue passes the thresholds; a router catching up on a backlog
 # drains its queue in a fraction of that and would sit idle for the rest (docs/decisions/011).
 # The queue and one fetch (50 MiB by default) are what the prefetch holds, whatever the
-# number of partitions (docs/decisions/021).
-PREFETCH = {"queued.max.messages.kbytes": 32 * 1024, "fetch.queue.backoff.ms": 20,
-            "fetch.max.bytes": 16 * 1024 * 1024}
+# number of partitions (docs/decisions/021); librdkafka counts the records' payload against the
+# queue's bound, and small records hold more than their payload in memory (docs/decisions/025).
+PREFETCH = {"queued.max.messages.kbytes": 16 * 1024, "fetch.queue.backoff.ms": 20,
+            "fetch.max.bytes": 8 * 1024 * 1024}
 
 
 COOPERATIVE = "cooperative-sticky"

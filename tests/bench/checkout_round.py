@@ -43,8 +43,8 @@ _admin.loader.exec_module(topic_admin)
 
 # The pass-through loop's prefetch, as router.base.kafka_io.PREFETCH (not imported: older checkouts
 # lack it); the same in every checkout's round.
-PREFETCH = {"queued.max.messages.kbytes": 32 * 1024, "fetch.queue.backoff.ms": 20,
-            "fetch.max.bytes": 16 * 1024 * 1024}
+PREFETCH = {"queued.max.messages.kbytes": 16 * 1024, "fetch.queue.backoff.ms": 20,
+            "fetch.max.bytes": 8 * 1024 * 1024}
 
 # The two loops below repeat the router benchmark's (tests/bench/test_router_bench.py) with a
 # CPU clock around them: this file runs against older checkouts, whose benchmark returns no CPU.

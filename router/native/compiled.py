@@ -147,7 +147,7 @@ DIRECT_READS: str | None = None   # why consumed records are read through their 
 DIRECT_PRODUCE: str | None = None  # why forwards go through Producer.produce
 
 if _fastpath is not None:
-    _fastpath.configure(known_versions=hdr._known_versions, masks=MASKS, mask_shift=MASK_SHIFT,
+    _fastpath.configure(known_versions=hdr.KNOWN_VERSIONS, masks=MASKS, mask_shift=MASK_SHIFT,
                         record_identity=record_identity, kafka_exception=KafkaException,
                         message_type=Message,
                         version=hdr.VERSION, event_time=hdr.EVENT_TIME,

@@ -309,10 +309,10 @@ def test_the_compiled_path_decides_as_the_interpreted_one(
             # the general path (cutover.headers learns it there), and queues its forward
             # where a known version's is streamed. Without this, the compiled side always saw
             # the versions the interpreted side had just learned.
-            known = dict(hdr._known_versions)
+            known = dict(hdr.KNOWN_VERSIONS)
             a._handle_all(list(msgs))
-            hdr._known_versions.clear()
-            hdr._known_versions.update(known)
+            hdr.KNOWN_VERSIONS.clear()
+            hdr.KNOWN_VERSIONS.update(known)
             compiled.CompiledLoop(c._handle_all, c._run_for).handle(list(msgs))
             assert _state(c, pc) == _state(a, pa), f"batch {b}"
             for dp, _ in worlds:

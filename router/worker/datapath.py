@@ -257,7 +257,7 @@ class DataPath:
         conf["error_cb"] = self._on_consumer_error
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
         consumer = Consumer(conf)
-        parts = self._parts.assignment
+        assignment = self._parts.assignment
 
         def current(callback: Rebalance) -> Rebalance:
             def guarded(c: Consumer, partitions: list[TopicPartition]) -> None:
@@ -267,8 +267,9 @@ class DataPath:
                     callback(c, partitions)
             return guarded
 
-        consumer.subscribe(sorted(self.topic_route), on_assign=current(parts.on_assign),
-                           on_revoke=current(parts.on_revoke), on_lost=current(parts.on_lost))
+        consumer.subscribe(sorted(self.topic_route), on_assign=current(assignment.on_assign),
+                           on_revoke=current(assignment.on_revoke),
+                           on_lost=current(assignment.on_lost))
         return consumer
 
     def _on_consumer_error(self, err: KafkaError) -> None:
@@ -307,8 +308,8 @@ class DataPath:
         """The first record of each partition the data path positioned must come from that
         position (router.durability.positions); a partition that skipped ahead is put there again,
         and its records of this batch are left undecided."""
-        consumer, parts = self._consumer.client, self._parts.assignment
-        check = parts.positions.check(consumer, msgs, parts.by_tp)
+        consumer, assignment = self._consumer.client, self._parts.assignment
+        check = assignment.positions.check(consumer, msgs, assignment.by_tp)
         if check.seek:
             self._resume_set_aside({(tp.topic, tp.partition) for tp in check.seek})
             for tp in check.seek:
@@ -350,22 +351,22 @@ class DataPath:
         coordinator moved ends this way (the client's next heartbeat is refused as a fenced
         static member), and every partition of every worker would otherwise be taken over
         again."""
-        parts = self._parts.assignment
+        assignment = self._parts.assignment
         delay = self._rebuilds.spend(why)
         if keep_partitions:
             log.error("%s; rebuilding the data consumer and rejoining the group (partitions "
                       "kept until the group says whether they stay)", why)
-            parts.park_all()
+            assignment.park_all()
         else:
             log.error("%s; rebuilding the data consumer and the partitions' producers and "
                       "rejoining the group (partitions resume from their checkpoints)", why)
             self._parts.end.abandon()
-            parts.drop_all(discard=True)
+            assignment.drop_all(discard=True)
         old = self._consumer.retire()
         self._parts.writer.reset()
         self._consumer_fatal = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
-        parts.positions.clear()
+        assignment.positions.clear()
         self._leader_suspect = set()
         self._kept_back.clear()
         _close_in_background(old)

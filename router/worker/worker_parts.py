@@ -3,7 +3,8 @@
 
 Why one frozen object: the parts need the broker (the routes' partitions and record sizes size
 the producers and the transactions), so they cannot be made with the worker itself; and none of
-them is replaced while the worker runs (a rebuild replaces the data consumer alone:
+them is replaced while the worker runs (a rebuild resets the writer, the batch's end and the
+assignment, whose partitions' producers it drops, and replaces only the data consumer:
 router.worker.data_consumer). So the data path holds them together, every part present, and no
 part is set or checked one by one.
 """

@@ -97,12 +97,16 @@ class Envelope(NamedTuple):
     batch: int | None
 
 
-_known_versions: dict[bytes, str] = {}
+# The version-text intern table: a version header's raw bytes -> its checked text, filled by
+# the first parse of each version (at most 10,000), so a version is checked once. Public
+# because the compiled per-record path reads it too: router.native.compiled hands this very
+# dict to its C loop, which recognizes a version by looking its bytes up here.
+KNOWN_VERSIONS: dict[bytes, str] = {}
 _ENVELOPE_HEADERS = frozenset((VERSION, EVENT_TIME, WATERMARK, BATCH, KIND))
 
 
 def _version(raw: bytes | None) -> str:
-    known = _known_versions.get(raw)  # type: ignore[arg-type]
+    known = KNOWN_VERSIONS.get(raw)  # type: ignore[arg-type]
     if known is not None:
         return known
     if raw is None:
@@ -114,8 +118,8 @@ def _version(raw: bytes | None) -> str:
     if not _VERSION_RE.fullmatch(text):  # match() would let a trailing newline through
         raise HeaderError(VERSION, f"{text[:70]!r} is not a version id "
                           "([A-Za-z0-9._-], 1 to 64 characters)")
-    if len(_known_versions) < 10_000:
-        _known_versions[raw] = text
+    if len(KNOWN_VERSIONS) < 10_000:
+        KNOWN_VERSIONS[raw] = text
     return text
 
 
@@ -134,7 +138,7 @@ def data_envelope(headers: Headers | None) -> tuple[str, int] | None:
             and raw_t and raw_w and raw_b
             and raw_t.isdigit() and raw_w.isdigit() and raw_b.isdigit()
             and (len(headers) == 4 or not any(h[0] in _ENVELOPE_HEADERS for h in headers[:-4]))):
-        version = _known_versions.get(raw_v)  # type: ignore[arg-type]
+        version = KNOWN_VERSIONS.get(raw_v)  # type: ignore[arg-type]
         if version is not None:
             return version, int(raw_t)
     return None
@@ -153,7 +157,7 @@ def parse_headers(headers: Headers | None) -> Envelope:
         return _parse_headers_checked(headers)
     raw_t, raw_w, raw_b = d.get(EVENT_TIME, b""), d.get(WATERMARK, b""), d.get(BATCH, b"")
     raw_k = d.get(KIND, b"data")
-    version = _known_versions.get(d.get(VERSION))  # type: ignore[arg-type]
+    version = KNOWN_VERSIONS.get(d.get(VERSION))  # type: ignore[arg-type]
     # b"" stands for an absent header; a present one that is empty, null or not digits, an
     # unknown kind or version, or a data record without event time: the checked path.
     if (version is None or raw_t is None or raw_w is None or raw_b is None

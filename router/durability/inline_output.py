@@ -25,20 +25,33 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Protocol
 
 from confluent_kafka import KafkaException, Producer
 
 from cutover.headers import SRC
+from router.base.output_record import OutputRecord
 from router.durability.partition import Owned
 from router.durability.resume import Headers
 from router.rule.oversize import is_too_large
 
 log = logging.getLogger("cutover.router")
 
-# (topic, partition, key, value, headers, bg.src): router.durability.output_writer's Output
-Queued = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
 Forward = Callable[[Owned, str, int, "Headers | None", "bytes | None", "bytes | None"], None]
+
+
+class OutputQueue(Protocol):
+    """What a stream uses of the batch's router.durability.output_writer.OutputWriter, which
+    opens it (so that module imports this one, and this one names only what it needs): the
+    batch's queue, its queueing ``forward`` once the stream has stopped, and its ``refuse``
+    of a record larger than the output topic takes."""
+
+    queue: list[OutputRecord]
+
+    def forward(self, owned: Owned, topic: str, off: int, headers: Headers | None,
+                key: bytes | None, value: bytes | None) -> None: ...
+
+    def refuse(self, owned: Owned, out: OutputRecord) -> None: ...
 
 
 class InlineStream:
@@ -46,14 +59,13 @@ class InlineStream:
 
     __slots__ = ("held", "live", "output", "owned", "producer", "writer")
 
-    def __init__(self, output: str, producer: Producer, writer: Any, owned: Owned) -> None:
-        """``writer``: the batch's router.durability.output_writer.OutputWriter: its ``queue``, its
-        queueing ``forward`` once the stream has stopped, and its ``refuse``."""
+    def __init__(self, output: str, producer: Producer, writer: OutputQueue, owned: Owned) -> None:
+        """``writer``: the batch's output writer (:class:`OutputQueue`)."""
         self.output = output
         self.owned = owned
         self.producer = producer
         self.writer = writer
-        self.held: Queued | None = None
+        self.held: OutputRecord | None = None
         self.live = True
 
     def send(self, owned: Owned, topic: str, off: int, headers: Headers | None,
@@ -84,7 +96,7 @@ class InlineStream:
                 self.failed(held, exc)
                 return
 
-    def failed(self, held: Queued, exc: KafkaException) -> None:
+    def failed(self, held: OutputRecord, exc: KafkaException) -> None:
         """Producing ``held`` failed: queue it, and stop the stream (its later forwards are
         queued too); the batch's end meets the error where it aborts the batch. A record
         larger than the output topic takes is dead-lettered instead (router.rule.oversize). Also

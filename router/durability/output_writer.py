@@ -14,9 +14,7 @@ writer put among the batch's own records cannot be read while the batch's transa
 can once it is aborted. The data path's thread does not wait for the delivery: it consumes the next
 batch meanwhile (router.durability.batch_end).
 
-Each queued output is a plain tuple (:data:`Output`), read by unpacking: the loop builds one per
-forwarded record, and a NamedTuple costs several times as much to build
-(docs/decisions/008-compiled-per-record-path.md).
+Each queued output is a plain tuple (router.base.output_record.OutputRecord), read by unpacking.
 """
 
 from __future__ import annotations
@@ -32,6 +30,7 @@ from cutover.headers import ERROR, SRC
 from cutover.kafka_types import DataMessage
 from router.base.errors import OutputWriteFailed
 from router.base.kafka_io import ATTEMPT_S, end_offsets_each, read_to_end
+from router.base.output_record import OutputRecord
 from router.durability.inline_output import InlineStream
 from router.durability.partition import Owned
 from router.durability.readback import Identities, ReadBack, note
@@ -40,9 +39,6 @@ from router.rule.oversize import HEADER_ROOM, dead_letter_of, wire_size, without
 
 log = logging.getLogger("cutover.router")
 
-# (topic, partition, key, value, headers, src): ``src`` is the bg.src value of a forward (its
-# last header), None for dead letters and shadow copies.
-Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
 Destination = tuple[str, int]   # (topic, partition) written to
 Report = Callable[[KafkaError | None, Message], None]
 # A destination's producer, the delivery report of its records (None: no report) and that of
@@ -50,7 +46,7 @@ Report = Callable[[KafkaError | None, Message], None]
 Sink = tuple[Producer, Report | None, Report | None]
 
 
-def last_records(queue: list[Output], tracked: set[Destination]) -> dict[int, Destination]:
+def last_records(queue: list[OutputRecord], tracked: set[Destination]) -> dict[int, Destination]:
     """Queue index -> destination, of the last queued record of each ``tracked`` output
     partition: with transactions, the only records whose delivery is reported.
 
@@ -126,7 +122,7 @@ class OutputWriter:
         self.producer = producer
         self.probe = probe
         self.attempt_s = attempt_s
-        self.queue: list[Output] = []
+        self.queue: list[OutputRecord] = []
         # output partition -> its forwards of this batch produced as decided (transactions)
         self.streams: dict[Destination, InlineStream] = {}
         # The end of every owned output partition was checked in this batch, before its first
@@ -173,7 +169,7 @@ class OutputWriter:
         hdrs: Headers = [*(ref.headers or ()), *extra, src]
         self.queue.append((topic, owned.partition, key, value, hdrs, None))
 
-    def refuse(self, owned: Owned, out: Output) -> None:
+    def refuse(self, owned: Owned, out: OutputRecord) -> None:
         """Dead-letter forward ``out`` instead: it is larger than the output topic takes
         (router.rule.oversize). It no longer counts as forwarded, nor as queued output."""
         rs = owned.route.settings
@@ -323,7 +319,7 @@ class OutputWriter:
         owned.store.write_now(a.found)
         dropped: set[bytes] = set()
         if foreign and dur.queued:
-            keep: list[Output] = []
+            keep: list[OutputRecord] = []
             for out in self.queue:
                 topic, part, _key, _value, _headers, src_of = out
                 if topic == rs.output and part == p and src_of is not None \
@@ -426,7 +422,7 @@ class Sent:
     reported so far, per producer (``id``)."""
 
     writing: list[Owned]    # partitions with output records in the batch
-    batch: list[Output]
+    batch: list[OutputRecord]
     producers: dict[int, Producer]
     errors: dict[int, list[str]]
 

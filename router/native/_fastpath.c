@@ -39,7 +39,7 @@
 static uint64_t masks[MASK_COUNT];
 static int mask_hi_shift = 52;
 static int configured = 0;
-static PyObject *known_versions;        /* cutover.headers._known_versions: bytes -> str */
+static PyObject *known_versions;        /* cutover.headers.KNOWN_VERSIONS: bytes -> str */
 static PyObject *record_identity;       /* router.rule.identity.record_identity */
 static PyObject *kafka_exception;       /* confluent_kafka.KafkaException */
 static PyObject *envelope_names;        /* frozenset of the tagger's header names */

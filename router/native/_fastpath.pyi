@@ -7,6 +7,8 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException, Message, Producer
 
+from router.base.output_record import OutputRecord
+
 # The contract of the native boundary: every attribute and method _fastpath.c reads, writes or
 # calls on a Python object passed to it is declared in one of these Protocols (the names table
 # in PyInit__fastpath; tests/unit/test_native_boundary.py checks the two agree, and that no
@@ -15,9 +17,6 @@ from confluent_kafka import KafkaException, Message, Producer
 # makes a Run, that the real objects (PartitionRouter, DedupStore, Durability, HeldBound,
 # InlineStream) still have them. Message accessors and Producer methods are confluent-kafka's.
 
-Headers = list[tuple[str, bytes | None]]
-# (output topic, partition, key, value, headers, src): router.durability.output_writer.Output
-Output = tuple[str, int, bytes | None, bytes | None, Headers, bytes | None]
 
 class KeyRuleView(Protocol):
     """One segment's rule with a canary (cutover.key_primary.KeyRule)."""
@@ -79,12 +78,12 @@ class BoundView(Protocol):
 
 class StreamView(Protocol):
     """A partition's transactional output stream (router.durability.inline_output.InlineStream)."""
-    held: Output | None
+    held: OutputRecord | None
     @property
     def live(self) -> bool: ...
     @property
     def producer(self) -> Producer: ...
-    def failed(self, held: Output, exc: KafkaException, /) -> None: ...
+    def failed(self, held: OutputRecord, exc: KafkaException, /) -> None: ...
 
 def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift: int,
               record_identity: Callable[[bytes | None, bytes | None, int], bytes],
@@ -111,7 +110,7 @@ class Run:
     def __init__(self, *, router: RouterView, store: StoreView, durability: DurabilityView,
                  bound: BoundView, identity: Callable[[bytes | None, bytes | None, int], bytes],
                  topic: str, partition: int, output: str, stream: StreamView | None,
-                 queue: list[Output]) -> None: ...
+                 queue: list[OutputRecord]) -> None: ...
     def scan(self, msgs: list[Message], start: int, /) -> int:
         """Decide ``msgs[start:]`` while they are this partition's and the common case;
         return the index of the first record left to the interpreted path, or -1 when

@@ -55,7 +55,7 @@ static void version_cache_clear(VersionCache *c) {
 }
 
 /* The version str of a raw version value (borrowed), from the cache, else from ``known``
- * (cutover.headers._known_versions: bytes -> str); NULL when unknown or on error. */
+ * (cutover.headers.KNOWN_VERSIONS: bytes -> str); NULL when unknown or on error. */
 static PyObject *version_of(VersionCache *c, PyObject *known, const char *raw, size_t size) {
     for (int k = 0; k < c->n; k++) {
         PyObject *b = c->raw[k];

@@ -57,9 +57,9 @@ from confluent_kafka import KafkaException, Message, Producer
 
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
+from router.base.output_record import OutputRecord
 from router.dedup.bloom import MASK_SHIFT, MASKS
 from router.durability.inline_output import InlineStream
-from router.durability.output_writer import Output
 from router.durability.partition import Owned
 from router.rule.identity import record_identity
 
@@ -147,7 +147,7 @@ DIRECT_READS: str | None = None   # why consumed records are read through their 
 DIRECT_PRODUCE: str | None = None  # why forwards go through Producer.produce
 
 if _fastpath is not None:
-    _fastpath.configure(known_versions=hdr._known_versions, masks=MASKS, mask_shift=MASK_SHIFT,
+    _fastpath.configure(known_versions=hdr.KNOWN_VERSIONS, masks=MASKS, mask_shift=MASK_SHIFT,
                         record_identity=record_identity, kafka_exception=KafkaException,
                         message_type=Message,
                         version=hdr.VERSION, event_time=hdr.EVENT_TIME,
@@ -158,7 +158,7 @@ if _fastpath is not None:
 
 
 def make_run(owned: Owned, topic: str, stream: InlineStream | None,
-             queue: list[Output]) -> Run:
+             queue: list[OutputRecord]) -> Run:
     """The compiled run of ``owned``'s records of ``topic`` in this batch: forwards go to
     ``stream`` while it is live (transactions), else to the batch's ``queue``."""
     assert _fastpath is not None

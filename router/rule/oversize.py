@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from cutover.headers import ERROR
+from router.base.output_record import OutputRecord
 
 log = logging.getLogger("cutover.router")
 
@@ -123,9 +124,7 @@ def dead_letter_of(dead_letter: str, partition: int, key: bytes | None, value: b
     return dead_letter, partition, key, hdrs
 
 
-def without_value(out: tuple[str, int, bytes | None, bytes | None, Headers, bytes | None],
-                  limit: int) -> tuple[str, int, bytes | None, bytes | None, Headers,
-                                       bytes | None]:
+def without_value(out: OutputRecord, limit: int) -> OutputRecord:
     """A dead letter or shadow copy over ``limit``, written without its value; its
     ``bg.error`` says so (after the reason it had, if any)."""
     topic, p, key, value, headers, src = out

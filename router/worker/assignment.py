@@ -47,22 +47,22 @@ class Assignment:
     board: StatusBoard
     owned: dict[PartitionKey, Owned]
     memory: StoreMemory   # what the worker's dedup stores share
-    by_tp: dict[tuple[str, int], Owned] = field(default_factory=dict)
     # Called before the group gives or takes partitions, with the partitions about to be
     # closed (None: any may be): waits for their commits in flight
     # (router.durability.batch_end.BatchEnd.wait), so that no partition is closed mid-commit.
-    before_change: Callable[[set[PartitionKey] | None], None] = lambda closing: None
+    before_change: Callable[[set[PartitionKey] | None], None]
     # Called after partitions were taken over: recovering is progress (router.worker.watchdog).
-    on_takeover: Callable[[], None] = lambda: None
+    on_takeover: Callable[[], None]
+    # The group's assignment is incremental (router.base.kafka_io.assignment_strategy): the
+    # callbacks are given only the partitions that move, and add or remove just those.
+    cooperative: bool
+    by_tp: dict[tuple[str, int], Owned] = field(default_factory=dict)
     # Partitions an orderly rebalance revoked, kept whole (decision state, store, producer)
     # until the next assignment says whether they stay: see :meth:`on_revoke`.
     parked: dict[PartitionKey, Owned] = field(default_factory=dict)
     # Where each raw partition was put, until its first record confirms it
     # (router.durability.positions).
     positions: PositionCheck = field(default_factory=PositionCheck)
-    # The group's assignment is incremental (router.base.kafka_io.assignment_strategy): the
-    # callbacks are given only the partitions that move, and add or remove just those.
-    cooperative: bool = False
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = sorted({(self.topic_route[tp.topic].settings.name, tp.partition)

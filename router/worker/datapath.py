@@ -50,7 +50,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -95,12 +95,14 @@ from router.rule.oversize import DEFAULT_LIMIT, size_conf
 from router.worker.allocator import FreeMemoryTrim, fastbins_off
 from router.worker.assignment import Assignment
 from router.worker.control import ControlReader, PlanAccepted, recover_plans
+from router.worker.data_consumer import DataConsumer
 from router.worker.gc_pause import batch_gc_pause, freeze_start_up
 from router.worker.held_reads import read_before, rewind_if_changed
 from router.worker.rebuilds import RebuildBudget, RebuildsExhausted
 from router.worker.status_publisher import PartitionView, StatusBoard
 from router.worker.topics import check_routes, ensure_checkpoint_topic
 from router.worker.watchdog import Progress, Watchdog
+from router.worker.worker_parts import WorkerParts
 
 log = logging.getLogger("cutover.router")
 
@@ -162,13 +164,11 @@ class DataPath:
         # Consumed records of set-aside partitions, per raw partition, in order.
         self._kept_back: dict[tuple[str, int], list[Message]] = {}
         self._lag_noted = 0.0
-        self._consumer: Consumer | None = None
-        self._producer: Producer | None = None
-        self._writer: OutputWriter | None = None
-        self._txn: WorkerTransactions | None = None
-        self._control: ControlReader | None = None
-        self._parts: Assignment | None = None
-        self._end: BatchEnd | None = None
+        # What the worker runs with (router.worker.worker_parts) and its data consumer
+        # (router.worker.data_consumer): built by :meth:`run` once the broker answers (they need
+        # its topics), before the first batch; only the loop that run() starts reads them.
+        self._parts: WorkerParts
+        self._consumer: DataConsumer
         # The data consumer's group metadata as last noted (:meth:`_note_group`).
         self._group: bytes | None = None
         # The per-record path: compiled where it can (router.native.compiled), else interpreted.
@@ -192,48 +192,17 @@ class DataPath:
         self.topic_route.update({t: rt for rt in self.routes.values()
                                  for t in rt.settings.inputs})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
-        if transactions_on(self.settings):
-            self._txn = WorkerTransactions(
-                self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()},
-                self.worker_id)
-        self._producer = Producer(client_conf(
-            self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
-                                          "queue.buffering.max.messages": 1_000_000,
-                                          "enable.idempotence": False, "acks": "all",
-                                          **size_conf(min((rt.max_record_bytes
-                                                           for rt in self.routes.values()),
-                                                          default=DEFAULT_LIMIT))}))
-        for plan in recover_plans(conf, self.settings, self.book.key):
-            self.book.restore(plan)
-        self._control = ControlReader(conf, self.settings, self.book)
-        for event in self._control.catch_up():
+        self._parts = self._connect(conf)
+        for event in self._parts.control.catch_up():
             self.board.control_event(event)
-        probe = Consumer(client_conf(self.settings, "probe",
-                                     **{"group.id": f"{self.settings.group_id}.probe",
-                                        "enable.auto.commit": False}))
-        self._writer = OutputWriter(conf, self._producer, probe, self.settings.request_timeout_s)
-        self._parts = Assignment(self.settings, self.routes, self.topic_route, self.book.plans,
-                                 self.ckpt_topic, self._txn, self.board, self.owned,
-                                 self.store_memory)
-        self._end = BatchEnd(owned=self.owned, routes=self.routes, writer=self._writer,
-                             producer=self._producer, txn=self._txn,
-                             ckpt_topic=self.ckpt_topic, worker_id=self.worker_id,
-                             clock=self.clock, consumer=self._current_consumer,
-                             consumer_failed=lambda: self._consumer_fatal is not None,
-                             recover=self._recover, group=lambda: self._group,
-                             parked=self._parts.parked,
-                             stuck_s=self.settings.commit_stuck_s)
-        self._parts.before_change = self._before_change
-        self._parts.cooperative = assignment_strategy(self.settings) == COOPERATIVE
-        self._parts.on_takeover = self._note_takeover
-        self._join()
+        self._consumer = DataConsumer(self._join())
         self.ready.set()
         Watchdog(self.progress, self.stop_event).start()
         FreeMemoryTrim(self.stop_event).start()
         allocator = fastbins_off()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
                  "allocator %s", self.worker_id, sorted(self.routes),
-                 "on" if self._txn is not None else "off", compiled.path_name(), allocator)
+                 "on" if self._parts.txn is not None else "off", compiled.path_name(), allocator)
         freeze_start_up()
         try:
             while not self.stop_event.is_set():
@@ -243,30 +212,65 @@ class DataPath:
                     raise
                 except (KafkaException, RouterError) as exc:
                     self._rebuild(_reason(exc), keep_partitions=isinstance(
-                        exc, ConsumerFailed) and self._txn is not None)
+                        exc, ConsumerFailed) and self._parts.txn is not None)
         finally:
             self._shutdown()
 
-    def _join(self) -> None:
-        """Start the data consumer and join the group (rebalance callbacks: below; those of a
+    def _connect(self, conf: dict[str, Any]) -> WorkerParts:
+        """Build what the worker runs with, once its routes are checked: the producers, the
+        plans recovered and their reader, the output writer, the assignment and the batch's
+        end (router.worker.worker_parts)."""
+        txn = (WorkerTransactions(
+            self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()},
+            self.worker_id) if transactions_on(self.settings) else None)
+        producer = Producer(client_conf(
+            self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
+                                          "queue.buffering.max.messages": 1_000_000,
+                                          "enable.idempotence": False, "acks": "all",
+                                          **size_conf(min((rt.max_record_bytes
+                                                           for rt in self.routes.values()),
+                                                          default=DEFAULT_LIMIT))}))
+        for plan in recover_plans(conf, self.settings, self.book.key):
+            self.book.restore(plan)
+        control = ControlReader(conf, self.settings, self.book)
+        probe = Consumer(client_conf(self.settings, "probe",
+                                     **{"group.id": f"{self.settings.group_id}.probe",
+                                        "enable.auto.commit": False}))
+        writer = OutputWriter(conf, producer, probe, self.settings.request_timeout_s)
+        assignment = Assignment(self.settings, self.routes, self.topic_route, self.book.plans,
+                                self.ckpt_topic, txn, self.board, self.owned,
+                                self.store_memory, before_change=self._before_change,
+                                on_takeover=self._note_takeover,
+                                cooperative=assignment_strategy(self.settings) == COOPERATIVE)
+        end = BatchEnd(owned=self.owned, routes=self.routes, writer=writer, producer=producer,
+                       txn=txn, ckpt_topic=self.ckpt_topic, worker_id=self.worker_id,
+                       clock=self.clock, consumer=lambda: self._consumer.client,
+                       consumer_failed=lambda: self._consumer_fatal is not None,
+                       recover=self._recover, group=lambda: self._group,
+                       parked=assignment.parked, stuck_s=self.settings.commit_stuck_s)
+        return WorkerParts(producer, writer, txn, control, assignment, end)
+
+    def _join(self) -> Consumer:
+        """Start a data consumer and join the group (rebalance callbacks: below; those of a
         consumer replaced by a rebuild are ignored)."""
         conf = data_consumer_conf(self.settings, self.instance_id)
         conf["error_cb"] = self._on_consumer_error
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
-        consumer = self._consumer = Consumer(conf)
-        assert self._parts is not None
-        parts = self._parts
+        consumer = Consumer(conf)
+        assignment = self._parts.assignment
 
         def current(callback: Rebalance) -> Rebalance:
             def guarded(c: Consumer, partitions: list[TopicPartition]) -> None:
-                if c is self._consumer:
+                if self._consumer.is_current(c):
                     # the generation this rebalance brings, before any commit is waited for
                     self._note_group()
                     callback(c, partitions)
             return guarded
 
-        consumer.subscribe(sorted(self.topic_route), on_assign=current(parts.on_assign),
-                           on_revoke=current(parts.on_revoke), on_lost=current(parts.on_lost))
+        consumer.subscribe(sorted(self.topic_route), on_assign=current(assignment.on_assign),
+                           on_revoke=current(assignment.on_revoke),
+                           on_lost=current(assignment.on_lost))
+        return consumer
 
     def _on_consumer_error(self, err: KafkaError) -> None:
         """The data consumer's error_cb (called inside its consume, on the data thread)."""
@@ -282,8 +286,7 @@ class DataPath:
         partition's), and set-aside partitions are resumed while still assigned and their
         kept-back records dropped (the new assignment positions every partition at its resume
         offsets, and reads them again)."""
-        assert self._end is not None
-        self._end.wait(closing)
+        self._parts.end.wait(closing)
         self._resume_set_aside(set(self._paused))
         self._kept_back.clear()
 
@@ -295,9 +298,9 @@ class DataPath:
         if not tps:
             return
         self._paused -= tps
-        if self._consumer is not None:
+        if self._consumer.live:
             try:
-                self._consumer.resume([TopicPartition(t, p) for t, p in sorted(tps)])
+                self._consumer.client.resume([TopicPartition(t, p) for t, p in sorted(tps)])
             except KafkaException as exc:  # not assigned any more: nothing to resume
                 log.info("resuming %s: %s", sorted(tps), exc)
 
@@ -305,13 +308,13 @@ class DataPath:
         """The first record of each partition the data path positioned must come from that
         position (router.durability.positions); a partition that skipped ahead is put there again,
         and its records of this batch are left undecided."""
-        assert self._consumer is not None and self._parts is not None
-        check = self._parts.positions.check(self._consumer, msgs, self._parts.by_tp)
+        consumer, assignment = self._consumer.client, self._parts.assignment
+        check = assignment.positions.check(consumer, msgs, assignment.by_tp)
         if check.seek:
             self._resume_set_aside({(tp.topic, tp.partition) for tp in check.seek})
             for tp in check.seek:
                 self._kept_back.pop((tp.topic, tp.partition), None)
-                self._consumer.seek(tp)
+                consumer.seek(tp)
         return check.kept
 
     def _note_takeover(self) -> None:
@@ -329,10 +332,6 @@ class DataPath:
                      self.settings.group_id,
                      f"partitions {owned}" if owned else
                      "no partition yet (the group has given them to its other workers)")
-
-    def _current_consumer(self) -> Consumer:
-        assert self._consumer is not None
-        return self._consumer
 
     # -- rebuilding the clients -------------------------------------------------------------
 
@@ -352,51 +351,45 @@ class DataPath:
         coordinator moved ends this way (the client's next heartbeat is refused as a fenced
         static member), and every partition of every worker would otherwise be taken over
         again."""
-        assert self._parts is not None and self._writer is not None
+        assignment = self._parts.assignment
         delay = self._rebuilds.spend(why)
         if keep_partitions:
             log.error("%s; rebuilding the data consumer and rejoining the group (partitions "
                       "kept until the group says whether they stay)", why)
-            self._parts.park_all()
+            assignment.park_all()
         else:
             log.error("%s; rebuilding the data consumer and the partitions' producers and "
                       "rejoining the group (partitions resume from their checkpoints)", why)
-            if self._end is not None:
-                self._end.abandon()
-            self._parts.drop_all(discard=True)
-        old, self._consumer = self._consumer, None
-        self._writer.reset()
+            self._parts.end.abandon()
+            assignment.drop_all(discard=True)
+        old = self._consumer.retire()
+        self._parts.writer.reset()
         self._consumer_fatal = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
-        self._parts.positions.clear()
+        assignment.positions.clear()
         self._leader_suspect = set()
         self._kept_back.clear()
-        if old is not None:
-            _close_in_background(old)
+        _close_in_background(old)
         if delay and self.stop_event.wait(delay):
             return
-        self._join()
+        self._consumer.replace(self._join())
         self.progress.rebuilt()
         self.board.changed = True
 
     def _shutdown(self) -> None:
-        if self._end is not None:
-            self._end.wait()  # the last batch's commits (its stores flush in their threads)
-        if self._writer is not None:
-            self._writer.probe.close()
-        if self._consumer is not None:
+        parts = self._parts
+        parts.end.wait()  # the last batch's commits (its stores flush in their threads)
+        parts.writer.probe.close()
+        if self._consumer.live:   # else retired by a rebuild stopped before it rejoined
             try:
-                self._consumer.close()  # revokes: nothing undelivered is pending here
+                self._consumer.client.close()  # revokes: nothing undelivered is pending here
             except (KafkaException, RuntimeError) as exc:
                 log.warning("closing consumer: %s", exc)
-        if self._parts is not None:
-            self._parts.drop_all()  # parked partitions too (the close's revoke parks them)
-        if self._txn is not None:
-            self._txn.close()
-        if self._control is not None:
-            self._control.close()
-        if self._producer is not None:
-            self._producer.flush(10)
+        parts.assignment.drop_all()  # parked partitions too (the close's revoke parks them)
+        if parts.txn is not None:
+            parts.txn.close()
+        parts.control.close()
+        parts.producer.flush(10)
 
     # -- status -----------------------------------------------------------------------------
 
@@ -404,9 +397,7 @@ class DataPath:
         return {p: owned.router for (r, p), owned in self.owned.items() if r == route}
 
     def _publish_status(self, route: str, value: bytes) -> None:
-        producer = self._producer
-        if producer is None:
-            return
+        producer = self._parts.producer
         try:
             producer.produce(self.settings.status_topic, value, route.encode())
             producer.poll(0)
@@ -418,18 +409,17 @@ class DataPath:
     # -- the loop ---------------------------------------------------------------------------
 
     def step(self) -> None:
-        assert self._consumer is not None and self._control is not None
+        parts = self._parts
         self.progress.begin_step()
         self._took_over = False
-        msgs = self._consumer.consume(self.settings.batch_records, POLL_S)
+        msgs = self._consumer.client.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
         self._note_group()
         self._raise_if_consumer_failed()
         progressed = bool(msgs) or self._took_over
         msgs = self._check_positions(msgs)
         with batch_gc_pause():
-            assert self._end is not None
-            stale = self._end.settle()  # the last batch's commits ran during the consume
+            stale = parts.end.settle()  # the last batch's commits ran during the consume
             if stale:
                 # kept back while their commit was in flight, or consumed since: either way read
                 # again from the checkpoints of the partitions taken over again
@@ -441,18 +431,18 @@ class DataPath:
                 msgs = fresh
             msgs = self._set_aside(msgs)
             self._refresh_leaders()
-            if msgs and self._txn is not None:
+            if msgs and parts.txn is not None:
                 msgs = self._check_output_ends(msgs)
             if msgs:
                 self._handle(msgs)
             for key, owned in self.owned.items():
                 if owned.bound.pending and key not in self._aside:
                     self._apply_pending(owned)
-            for event in self._control.poll():
+            for event in parts.control.poll():
                 self.board.control_event(event)
                 if isinstance(event, PlanAccepted):
                     self._apply_everywhere(event.plan)
-            if self._end.complete():
+            if parts.end.complete():
                 self.board.changed = True
                 self._note_latency(msgs)
             del msgs
@@ -474,9 +464,9 @@ class DataPath:
         and never call the consumer, which the client lets one thread use at a time (a commit
         thread asking it while this one waits for that commit in a rebalance callback would
         wait for ever)."""
-        consumer = self._consumer
-        if self._txn is None or consumer is None:
+        if self._parts.txn is None or not self._consumer.live:
             return
+        consumer = self._consumer.client
         try:
             self._group = consumer.consumer_group_metadata() if consumer.memberid() else None
         except (KafkaException, RuntimeError):   # closed by a rebuild meanwhile
@@ -494,20 +484,20 @@ class DataPath:
         partitions whose requests go to it. Kept-back records never move the partition's
         resume offsets; a rebalance, a takeover again or a rebuild drops them, and the
         partition reads them again from its resume offsets."""
-        assert self._end is not None and self._parts is not None
+        end = self._parts.end
         now = time.monotonic()
         self._ends_retry = {k: at for k, at in self._ends_retry.items()
                             if at > now and k in self.owned}
-        self._end.plan()
-        aside = (self._end.unsettled() | set(self._ends_retry)) & set(self.owned)
+        end.plan()
+        aside = (end.unsettled() | set(self._ends_retry)) & set(self.owned)
         if aside - self._aside:
             log.info("partitions %s set aside (a commit in flight, or the output's end not "
                      "answered); the others go on", sorted(aside - self._aside))
             if self._refresh_due is not None:   # a commit waiting on a leader that moved?
-                self._refresh_due |= (aside - self._aside) & self._end.unsettled()
+                self._refresh_due |= (aside - self._aside) & end.unsettled()
         self._aside = aside
         self._pause_only(aside)
-        by_tp = self._parts.by_tp
+        by_tp = self._parts.assignment.by_tp
         front: list[Message] = []
         for tp in list(self._kept_back):
             owned = by_tp.get(tp)
@@ -532,13 +522,13 @@ class DataPath:
 
     def _pause_only(self, keys: set[PartitionKey]) -> None:
         """Pause the raw partitions of ``keys``; resume those paused before and not now."""
-        assert self._consumer is not None
+        consumer = self._consumer.client
         want = {(t, p) for r, p in keys for t in self.routes[r].settings.inputs}
         pause, resume = want - self._paused, self._paused - want
         if pause:
-            self._consumer.pause([TopicPartition(t, p) for t, p in sorted(pause)])
+            consumer.pause([TopicPartition(t, p) for t, p in sorted(pause)])
         if resume:
-            self._consumer.resume([TopicPartition(t, p) for t, p in sorted(resume)])
+            consumer.resume([TopicPartition(t, p) for t, p in sorted(resume)])
         self._paused = want
 
     def _check_output_ends(self, msgs: list[Message]) -> list[Message]:
@@ -547,23 +537,23 @@ class DataPath:
         aside, in one request (another writer's records there are taken in first:
         router.durability.output_writer). A partition whose end is not answered is set aside for
         ``ENDS_RETRY_S``, and asked again then, of its new leader if Kafka has elected one."""
-        assert self._end is not None and self._writer is not None
+        parts = self._parts
         try:
-            self._end.check_ownership()
+            parts.end.check_ownership()
         except OwnershipLost as exc:
             # Nothing of the batch is decided yet: the consumer alone is rebuilt, the
             # partitions kept (:meth:`_rebuild`). A fatal consumer error takes the assignment
             # away before the client reports it.
             raise ConsumerFailed(str(exc)) from None
-        parts = [o for k, o in self.owned.items() if k not in self._aside]
-        unanswered = self._writer.fence_foreign_writes(parts, every=True)
-        back = {(o.route.settings.name, o.partition) for o in parts} & self._leader_suspect
+        owned = [o for k, o in self.owned.items() if k not in self._aside]
+        unanswered = parts.writer.fence_foreign_writes(owned, every=True)
+        back = {(o.route.settings.name, o.partition) for o in owned} & self._leader_suspect
         back -= unanswered
-        if back and self._txn is not None:
+        if back and parts.txn is not None:
             # Answered again, by the new leader once Kafka moved it: the partition's producer
             # learns it now. Its own metadata would otherwise send the next batch to the old
             # leader, and learn of the move only when that request times out.
-            self._txn.refresh_leaders(back, self.settings.request_timeout_s)
+            parts.txn.refresh_leaders(back, self.settings.request_timeout_s)
         self._leader_suspect = (self._leader_suspect - back) | unanswered
         if not unanswered:
             return msgs
@@ -584,21 +574,21 @@ class DataPath:
         lost while the group coordinator moved), a consumer error, or a commit that does not
         settle."""
         due, self._refresh_due = self._refresh_due, set()
-        if self._txn is None or due == set():
+        txn = self._parts.txn
+        if txn is None or due == set():
             return
-        self._txn.refresh_leaders(set(self.owned) if due is None else due & set(self.owned),
+        txn.refresh_leaders(set(self.owned) if due is None else due & set(self.owned),
                                   self.settings.request_timeout_s)
 
     def _positions(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Per owned raw partition (topic, partition): where the worker stands (its consumer
         position, or its resume offset before it consumed anything) and the high watermark its
         last fetch saw (-1: no fetch answered yet). Local to the client: no request."""
-        assert self._consumer is not None and self._parts is not None
-        consumer = self._consumer
-        tps = [TopicPartition(t, p) for t, p in self._parts.by_tp]
+        consumer, by_tp = self._consumer.client, self._parts.assignment.by_tp
+        tps = [TopicPartition(t, p) for t, p in by_tp]
         out: dict[tuple[str, int], tuple[int, int]] = {}
         for tp in consumer.position(tps) if tps else []:
-            owned = self._parts.by_tp[(tp.topic, tp.partition)]
+            owned = by_tp[(tp.topic, tp.partition)]
             at = tp.offset if tp.offset >= 0 else \
                 owned.durability.next_offsets.get(tp.topic, 0)
             got = consumer.get_watermark_offsets(tp, cached=True)
@@ -621,10 +611,10 @@ class DataPath:
     def _note_lag(self) -> None:
         """The consumer lag of each owned raw partition, for /metrics."""
         self._lag_noted = time.monotonic()
-        assert self._parts is not None
+        by_tp = self._parts.assignment.by_tp
         for (topic, p), (at, high) in self._positions().items():
             if high >= 0:
-                owned = self._parts.by_tp[(topic, p)]
+                owned = by_tp[(topic, p)]
                 self.board.lag(owned.route.settings.name, p, high - at)
 
     def _judge_stall(self) -> None:
@@ -646,11 +636,9 @@ class DataPath:
         built for a suppressed record, a forward queued inline): it is most of the router's
         CPU time. Anything else (heartbeats, headers not in the tagger's data layout, shadow
         copies, dead letters, duplicates, releases) takes the general path, :meth:`_observe`."""
-        assert self._parts is not None
-        by_tp = self._parts.by_tp
+        by_tp = self._parts.assignment.by_tp
         forward = Outcome.FORWARD
-        assert self._writer is not None
-        send: Forward = self._writer.forward
+        send: Forward = self._parts.writer.forward
         # A consumed batch comes in long runs of one partition's records (a fetch response per
         # partition), so the partition's state is looked up when the run changes, not per
         # record: the lookup hashed a new topic string and tuple each time.
@@ -701,18 +689,17 @@ class DataPath:
         """The compiled run of raw partition ``tp`` in this batch (router.native.compiled); None
         where the interpreted path decides it (a partition not owned, a route with a shadow
         topic)."""
-        assert self._parts is not None and self._writer is not None
-        owned = self._parts.by_tp.get(tp)
+        owned = self._parts.assignment.by_tp.get(tp)
         if owned is None or owned.route.settings.shadow is not None:
             return None
-        return compiled.make_run(owned, tp[0], self._stream(owned, False), self._writer.queue)
+        return compiled.make_run(owned, tp[0], self._stream(owned, False),
+                                 self._parts.writer.queue)
 
     def _sender(self, owned: Owned, general: bool) -> Forward:
         """How a run of ``owned``'s records sends its forwards: with transactions, produced
         as decided (router.durability.inline_output), else queued for the batch's end."""
-        assert self._writer is not None
         stream = self._stream(owned, general)
-        return stream.send if stream is not None and stream.live else self._writer.forward
+        return stream.send if stream is not None and stream.live else self._parts.writer.forward
 
     def _stream(self, owned: Owned, general: bool) -> InlineStream | None:
         """``owned``'s output stream of this batch (transactions, and not ``general``), or
@@ -720,8 +707,7 @@ class DataPath:
         nothing of the partition is queued yet when its stream opens. The first stream of a
         batch checks ownership and the end of every owned output partition (the checks before
         producing a queued batch), in one request."""
-        writer, txn = self._writer, self._txn
-        assert writer is not None
+        writer, txn = self._parts.writer, self._parts.txn
         if txn is None or general:
             return None
         key = (owned.route.settings.name, owned.partition)
@@ -752,15 +738,15 @@ class DataPath:
                            tag.kind is RecordKind.HEARTBEAT, None, ref, msg.timestamp()[1])
         self._act(owned, owned.router.observe(inc))
         if owned.bound.topics:
-            rewind_if_changed(self._consumer, owned)
+            rewind_if_changed(self._consumer.client, owned)
 
     def _count_reread(self, dropped: dict[tuple[str, int], int]) -> None:
         """Count the dropped records on the partitions they will be read again by (the status'
         ``reread``); a partition not owned any more (the worker rejoined) counts nowhere: its
         next owner reads them."""
-        assert self._parts is not None
+        by_tp = self._parts.assignment.by_tp
         for tp, n in dropped.items():
-            owned = self._parts.by_tp.get(tp)
+            owned = by_tp.get(tp)
             if owned is not None:
                 owned.router.counters.reread += n
 
@@ -790,8 +776,7 @@ class DataPath:
         the partition is clear (set aside, rewinding, or parked by a rebalance or a rebuild
         of the consumer: a parked partition the group gives back decides with every plan
         accepted meanwhile, as a partition taken over reads them from the plan book)."""
-        assert self._parts is not None
-        for owned in self._parts.parked.values():
+        for owned in self._parts.assignment.parked.values():
             if owned.route.settings.name == plan.route:
                 owned.bound.pending.append(plan)
         for key, owned in self.owned.items():
@@ -809,7 +794,7 @@ class DataPath:
         """Apply a plan to one partition; True if that rewound one of its topics."""
         self._act(owned, owned.router.apply_plan(plan))
         owned.durability.dirty = True
-        return bool(owned.bound.topics) and rewind_if_changed(self._consumer, owned)
+        return bool(owned.bound.topics) and rewind_if_changed(self._consumer.client, owned)
 
     def _apply_pending(self, owned: Owned) -> bool:
         """Plans that waited for a rewind, once it is read; True if one rewound again."""
@@ -821,8 +806,7 @@ class DataPath:
 
     def _act(self, owned: Owned, decisions: list[Decision]) -> None:
         """Queue the output of decisions made on the general path."""
-        assert self._writer is not None
-        writer = self._writer
+        writer = self._parts.writer
         shadow = owned.route.settings.shadow is not None
         skip = owned.durability.skip
         for d in decisions:
@@ -851,7 +835,6 @@ class DataPath:
         give up every partition and rejoin the group (the group says who owns what); aborted
         partitions are taken over again from their checkpoints and replayed. Returns the
         records consumed since that are read again (router.durability.batch_end.Stale)."""
-        assert self._consumer is not None and self._parts is not None
         if failed.fenced:
             raise ProducerFenced(f"partitions {sorted(failed.fenced)} have a newer owner "
                                  "(producer fenced)")
@@ -859,7 +842,7 @@ class DataPath:
             return NOTHING_STALE
         self._resume_set_aside({(t, p) for route, p in failed.aborted
                                 for t in self.routes[route].settings.inputs})
-        self._parts.retake(self._consumer, set(failed.aborted))
+        self._parts.assignment.retake(self._consumer.client, set(failed.aborted))
         log.warning("partitions %s: batch aborted; replaying from their checkpoints",
                     sorted(failed.aborted))
         return Stale(frozenset((t, p) for route, p in failed.aborted

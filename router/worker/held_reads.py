@@ -49,9 +49,8 @@ def read_before(owned: Owned, msg: Message, topic: str, off: int,
     return True
 
 
-def rewind_if_changed(consumer: Consumer | None, owned: Owned) -> bool:
+def rewind_if_changed(consumer: Consumer, owned: Owned) -> bool:
     """The rule changed on a paused partition: read its records not kept again."""
-    assert consumer is not None
     bound, dur = owned.bound, owned.durability
     if not bound.dropping or owned.router.rule_changes == bound.rule_seen:
         return False

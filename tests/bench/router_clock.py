@@ -53,8 +53,7 @@ class RouterClock:
         engine._handle = first  # type: ignore[method-assign]
 
     def _watch(self, engine: DataPath) -> None:
-        end = engine._end        # made by the engine's run(), before its first batch
-        assert end is not None
+        end = engine._parts.end   # made by the engine's run(), before its first batch
         complete = end.complete
 
         def completing() -> bool:

@@ -48,6 +48,7 @@ from router.durability.resume import Durability
 from router.native import compiled
 from router.rule.decision import PartitionRouter
 from router.rule.identity import identity_function, record_identity
+from router.worker.data_consumer import DataConsumer
 from router.worker.datapath import DataPath
 
 RAW = ("raw-a", "raw-b")
@@ -149,9 +150,9 @@ def _world(root: Path, *, ordered: bool, max_held: int, identity: str,
         dp.owned[("r", p)] = owned
         for topic in RAW:
             by_tp[(topic, p)] = owned
-    dp._parts = SimpleNamespace(by_tp=by_tp, parked={})  # type: ignore[assignment]
-    dp._writer = writer
-    dp._consumer = Seeks()  # type: ignore[assignment]
+    dp._parts = SimpleNamespace(  # type: ignore[assignment]
+        assignment=SimpleNamespace(by_tp=by_tp, parked={}), writer=writer, txn=None)
+    dp._consumer = DataConsumer(Seeks())  # type: ignore[arg-type]
     if stream:  # a transactional batch's streams, without the transaction's checks
         dp._stream = lambda owned, general: (  # type: ignore[method-assign]
             None if general else writer.open_stream(owned, producer))
@@ -227,11 +228,11 @@ def _messages(recs: list[dict[str, Any]], offsets: dict[tuple[str, int], int]) -
 
 
 def _state(dp: DataPath, producer: Recorder) -> dict[str, Any]:
-    assert dp._writer is not None
     out: dict[str, Any] = {"sent": list(producer.sent), "polls": producer.polls,
-                           "queue": list(dp._writer.queue),
-                           "held": {k: (s.held, s.live) for k, s in dp._writer.streams.items()},
-                           "seeks": list(dp._consumer.seeks)}  # type: ignore[union-attr]
+                           "queue": list(dp._parts.writer.queue),
+                           "held": {k: (s.held, s.live)
+                                    for k, s in dp._parts.writer.streams.items()},
+                           "seeks": list(dp._consumer.client.seeks)}  # type: ignore[attr-defined]
     for key, o in sorted(dp.owned.items()):
         r, d = o.router, o.durability
         out[f"{key}"] = {
@@ -246,9 +247,8 @@ def _state(dp: DataPath, producer: Recorder) -> dict[str, Any]:
 
 
 def _end_batch(dp: DataPath) -> None:
-    assert dp._writer is not None
-    dp._writer.end_streams()
-    dp._writer.queue = []
+    dp._parts.writer.end_streams()
+    dp._parts.writer.queue = []
     for o in dp.owned.values():
         o.durability.batch_done()
         o.store.flush()
@@ -309,10 +309,10 @@ def test_the_compiled_path_decides_as_the_interpreted_one(
             # the general path (cutover.headers learns it there), and queues its forward
             # where a known version's is streamed. Without this, the compiled side always saw
             # the versions the interpreted side had just learned.
-            known = dict(hdr._known_versions)
+            known = dict(hdr.KNOWN_VERSIONS)
             a._handle_all(list(msgs))
-            hdr._known_versions.clear()
-            hdr._known_versions.update(known)
+            hdr.KNOWN_VERSIONS.clear()
+            hdr.KNOWN_VERSIONS.update(known)
             compiled.CompiledLoop(c._handle_all, c._run_for).handle(list(msgs))
             assert _state(c, pc) == _state(a, pa), f"batch {b}"
             for dp, _ in worlds:
@@ -340,7 +340,7 @@ def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
     r = dp.owned[("r", 0)].router
     before, sent = r.counters.forwarded, len(producer.sent)
     run = compiled.make_run(dp.owned[("r", 0)], RAW[0], dp._stream(dp.owned[("r", 0)], False),
-                            dp._writer.queue)  # type: ignore[union-attr]
+                            dp._parts.writer.queue)
     assert run.scan(msgs, 0) == len(msgs)
     assert r.counters.forwarded - before == 100
     assert r.counters.suppressed == {"green": 101}  # the warm-up's one, then 100
@@ -363,7 +363,7 @@ def test_a_canary_plan_stays_compiled_and_gives_each_key_its_primary(tmp_path: P
     dp._apply_everywhere(_plan(1, PLANS[0]))
     _end_batch(dp)
     owned = dp.owned[("r", 0)]
-    run = compiled.make_run(owned, RAW[0], None, dp._writer.queue)  # type: ignore[union-attr]
+    run = compiled.make_run(owned, RAW[0], None, dp._parts.writer.queue)
     keys = [b"k1", b"k2", b"k3", b"k4", None]
     recs = [{"kind": "data", "t": T0 + 20_000 + i, "version": v, "topic": RAW[0], "p": 0,
              "key": k, "value": b"v%d" % i, "job": [], "odd": []}
@@ -371,7 +371,7 @@ def test_a_canary_plan_stays_compiled_and_gives_each_key_its_primary(tmp_path: P
     msgs = _messages(recs, {(RAW[0], 0): 1})
     dp._apply_everywhere(_plan(2, PLANS[4]))  # after the run was made
     assert run.scan(msgs, 0) == len(msgs)
-    queue = dp._writer.queue  # type: ignore[union-attr]
+    queue = dp._parts.writer.queue
     forwarded = [(key, dict(headers)[VERSION]) for _, _, key, _, headers, _ in queue]
     assert forwarded == [(b"k1", b"green"), (b"k2", b"blue"), (b"k3", b"green"),
                          (b"k4", b"green"), (None, b"blue")]

@@ -26,7 +26,8 @@ Inside router/, every module lives in a room, and the rooms import downwards onl
       ^
     rule        the routing rule and what it decides with                  base
       ^
-    base        Kafka client helpers, named failures, test seams, metrics  nothing
+    base        Kafka client helpers, the output record, named failures,   nothing
+                test seams, metrics
 
 An import against it would be named in ``ROOM_EXCEPTIONS``, with why; there is none, and an
 exception no longer used fails too.
@@ -181,6 +182,12 @@ def test_router_rooms_import_downwards(name: str) -> None:
                    if room(t) is not None and room(t) not in ROOMS[str(room(name))])
     assert not wrong, (f"{name} ({room(name)}) imports {wrong}; allowed: "
                        f"{sorted(ROOMS[str(room(name))])}")
+
+
+def test_the_output_record_is_a_leaf() -> None:
+    # Every room names the one output record type (router.base.output_record), the rule's size
+    # limits included: it stands on the contract's header type alone.
+    assert imports("router.base.output_record") == {"cutover.headers"}
 
 
 def test_room_exceptions_are_still_needed() -> None:

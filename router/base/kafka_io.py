@@ -58,6 +58,20 @@ _ROLE_RIGHTS = 'the rights its role has in docs/security.md, "Access control"'
 METADATA_REFRESH_MS = 2000   # a producer's periodic refresh of its topics' leaders
 
 
+def fatal_behind(exc: SystemError) -> KafkaException | None:
+    """The client's fatal error behind a ``SystemError`` from one of its calls, or None.
+
+    confluent-kafka raises a client's fatal error (e.g. a transactional producer fenced by a
+    newer one) from inside the call that serves the client's callbacks (``flush``, ``poll``,
+    ``consume``): it sets a KafkaException and yields. When librdkafka serves a log line in the
+    same call, the ``logger`` callback runs with that exception still set, and the call ends in
+    ``SystemError: <class 'logging.LogRecord'> returned a result with an exception set``, the
+    KafkaException as its cause. The fatal error is what happened, and is handled as such
+    (a resumed zombie worker met it: the chaos soak, docs/soak.md)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+    return cause if isinstance(cause, KafkaException) else None
+
+
 def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
     """Client settings: ``kafka:`` pass-through with its secret references resolved."""
     return {"bootstrap.servers": bootstrap, "logger": log, "log_level": 3,

@@ -73,6 +73,7 @@ from router.base.kafka_io import (
     assignment_strategy,
     client_conf,
     data_consumer_conf,
+    fatal_behind,
     wait_for_broker,
 )
 from router.dedup.memory import StoreMemory
@@ -213,6 +214,11 @@ class DataPath:
                 except (KafkaException, RouterError) as exc:
                     self._rebuild(_reason(exc), keep_partitions=isinstance(
                         exc, ConsumerFailed) and self._parts.txn is not None)
+                except SystemError as exc:  # a client's fatal error, as confluent-kafka raises
+                    fatal = fatal_behind(exc)  # it beside a log line (router.base.kafka_io)
+                    if fatal is None:
+                        raise
+                    self._rebuild(_reason(fatal))
         finally:
             self._shutdown()
 

@@ -72,6 +72,20 @@ def fatal_behind(exc: SystemError) -> KafkaException | None:
     return cause if isinstance(cause, KafkaException) else None
 
 
+@contextlib.contextmanager
+def fatal_errors_raised() -> Iterator[None]:
+    """Around calls into the clients: a fatal error that reaches here as a SystemError
+    (:func:`fatal_behind`) is raised as the KafkaException it is, for the caller's handling of
+    client errors; any other SystemError is left as it is."""
+    try:
+        yield
+    except SystemError as exc:
+        fatal = fatal_behind(exc)
+        if fatal is None:
+            raise
+        raise fatal from exc
+
+
 def base_conf(bootstrap: str, kafka: dict[str, Any] | None = None) -> dict[str, Any]:
     """Client settings: ``kafka:`` pass-through with its secret references resolved."""
     return {"bootstrap.servers": bootstrap, "logger": log, "log_level": 3,

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from cutover.headers import ERROR, SRC
 from cutover.kafka_types import DataMessage
 from router.base.errors import OutputWriteFailed
-from router.base.kafka_io import ATTEMPT_S, end_offsets_each, fatal_behind, read_to_end
+from router.base.kafka_io import ATTEMPT_S, end_offsets_each, fatal_errors_raised, read_to_end
 from router.base.output_record import OutputRecord
 from router.durability.inline_output import InlineStream
 from router.durability.partition import Owned
@@ -460,13 +460,8 @@ class Sent:
         :meth:`OutputWriter.settle` does: records another writer put among this worker's own
         lie past the last stable offset, which the open transaction holds at its first record,
         so they cannot be read before it ends; aborted, they can."""
-        try:
+        with fatal_errors_raised():
             left = producer.flush(timeout_s)
-        except SystemError as exc:
-            fatal = fatal_behind(exc)
-            if fatal is None:
-                raise
-            raise fatal from exc
         failure = _failure(self.errors.get(id(producer), []), left)
         if failure:
             raise OutputWriteFailed(failure)

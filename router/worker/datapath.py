@@ -73,7 +73,7 @@ from router.base.kafka_io import (
     assignment_strategy,
     client_conf,
     data_consumer_conf,
-    fatal_behind,
+    fatal_errors_raised,
     wait_for_broker,
 )
 from router.dedup.memory import StoreMemory
@@ -208,17 +208,13 @@ class DataPath:
         try:
             while not self.stop_event.is_set():
                 try:
-                    self.step()
+                    with fatal_errors_raised():  # as confluent-kafka may raise them
+                        self.step()
                 except (RouterConfigError, RebuildsExhausted):
                     raise
                 except (KafkaException, RouterError) as exc:
                     self._rebuild(_reason(exc), keep_partitions=isinstance(
                         exc, ConsumerFailed) and self._parts.txn is not None)
-                except SystemError as exc:  # a client's fatal error, as confluent-kafka raises
-                    fatal = fatal_behind(exc)  # it beside a log line (router.base.kafka_io)
-                    if fatal is None:
-                        raise
-                    self._rebuild(_reason(fatal))
         finally:
             self._shutdown()
 

@@ -55,8 +55,8 @@ def targets(r: ChaosResult) -> list[Target]:
                measured="no fault" if worst is None else
                f"worst +{worst.gap.excess_s:.1f} s ({worst.fault.kind.value})",
                passed=worst is not None and worst.gap.excess_s <= GAP_ALLOWANCE_S),
-        Target(name=f"RSS flat (end within {RSS_TOLERANCE:.0%} of after the first fault and a "
-                    "full retention window)",
+        Target(name=f"RSS flat (end within {RSS_TOLERANCE:.0%} of after the first fault, a "
+                    "minute after its last takeover and a full retention window)",
                measured="no process lived long enough to judge" if flat is None else
                ", ".join(f"{x.instance_id} {x.reference_mb} → {x.end_mb} MB" for x in judged),
                passed=bool(flat)),
@@ -175,10 +175,11 @@ def render(r: ChaosResult, kafka: str) -> str:
         "(`store_memory.block_cache_bytes` and `write_buffer_bytes`) and a dedup retention of "
         f"{_retention(r)}: memory that fills a bounded cache, or holds a retention window, is "
         "not growth, so each process is judged from its first sample after the first fault, a "
-        "minute of its life and one retention window of the run. *Stores*: what the block "
-        "cache and the memtables held (`/metrics`), *partitions* the raw partitions it owned "
-        "and *threads* the process's threads, at that point and at the end. *End*: the lowest "
-        "sample of the process's last "
+        "minute of its life, a minute after it last took partitions over (memory held for "
+        "more partitions is not growth) and one retention window of the run. *Stores*: what "
+        "the block cache and the memtables held (`/metrics`), *partitions* the raw partitions "
+        "it owned and *threads* the process's threads, at that point and at the end. *End*: "
+        "the lowest sample of the process's last "
         f"{END_WINDOW_S:.0f} s, memory it holds rather than a recovery's passing peak (its very "
         "last sample in brackets when higher).",
         "",

@@ -73,3 +73,20 @@ def test_memory_is_judged_once_the_stores_hold_a_whole_retention_window() -> Non
     assert [(r.reference_mb, r.end_mb, r.flat) for r in rows] == [(130.0, 132.0, True)]
     # judged from after the first fault only, the filling would read as growth
     assert rss_flat(rss_summary([filling], 90, 300)) is False
+
+
+def test_memory_is_judged_from_a_minute_after_the_process_last_took_partitions_over() -> None:
+    # it starts with 2 partitions, takes 4 more over at 400 s and forms their working set
+    w = Worker("w1", Path("c"), Path("s"), Path("l"), 0)
+    w.rss = [RssSample(0, 1, 100.0, partitions=0), RssSample(100, 1, 104.0, partitions=2),
+             RssSample(400, 1, 106.0, partitions=6), RssSample(460, 1, 118.0, partitions=6),
+             RssSample(900, 1, 120.0, partitions=6)]
+    rows = rss_summary([w], first_fault_end=90, min_span_s=300)
+    assert [(r.reference_mb, r.reference_partitions, r.flat) for r in rows] == \
+        [(118.0, 6, True)]
+    # memory that keeps growing after the takeover's minute is still growth
+    w.rss[-1] = RssSample(900, 1, 140.0, partitions=6)
+    assert rss_flat(rss_summary([w], 90, 300)) is False
+    # losing partitions is no takeover: the reference stays where it was
+    w.rss[-1] = RssSample(900, 1, 120.0, partitions=3)
+    assert [r.reference_mb for r in rss_summary([w], 90, 300)] == [118.0]

@@ -4,6 +4,7 @@ figure that could not be measured (the worker never got there) fails its target.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -34,6 +35,33 @@ class Row:
     lost: int
     duplicated: int
     wrong_version: int
+
+
+@dataclass(frozen=True)
+class RateRound:
+    """One round of the routing rate at the fewest and at the most partitions compared, each
+    a fresh backlog routed by a fresh worker, one count after the other."""
+
+    low_partitions: int
+    high_partitions: int
+    low_rate: float | None      # raw data records/s (None: the backlog was not routed)
+    high_rate: float | None
+    high_first: bool            # which count this round routed first
+
+    @property
+    def share(self) -> float | None:
+        """The rate at the most partitions / at the fewest."""
+        if self.low_rate and self.high_rate is not None:
+            return self.high_rate / self.low_rate
+        return None
+
+
+def median_share(rounds: Sequence[RateRound]) -> float | None:
+    """The median of the rounds' shares; None when a round has none (a count not routed)."""
+    shares = [r.share for r in rounds]
+    if not shares or any(x is None for x in shares):
+        return None
+    return statistics.median(x for x in shares if x is not None)
 
 
 @dataclass(frozen=True)
@@ -72,9 +100,10 @@ def _named(rows: Sequence[Row], wanted: Sequence[int]) -> list[Row]:
     return named or [max(rows, key=lambda r: r.partitions)]
 
 
-def targets(rows: Sequence[Row]) -> list[Target]:
+def targets(rows: Sequence[Row], rate_rounds: Sequence[RateRound] = ()) -> list[Target]:
     """Each target of the issue against ``rows``; the rate share compares 64 partitions with
-    4 (or the largest count run with the smallest)."""
+    4 (or the largest count run with the smallest): the median share of ``rate_rounds`` when
+    there are any, else the share of the rows' own rates."""
     out: list[Target] = []
     for r in _named(rows, TARGET_SCALE):
         at = f"at {r.partitions} partitions"
@@ -89,10 +118,16 @@ def targets(rows: Sequence[Row]) -> list[Target]:
     by_count = {r.partitions: r for r in rows}
     low = by_count.get(4) or min(rows, key=lambda r: r.partitions)
     high = by_count.get(64) or max(rows, key=lambda r: r.partitions)
-    share = (high.rate_per_s / low.rate_per_s
-             if high.rate_per_s is not None and low.rate_per_s else None)
+    if rate_rounds:
+        share = median_share(rate_rounds)
+        of = f" (median of {len(rate_rounds)} rounds)"
+    else:
+        share = RateRound(low.partitions, high.partitions, low.rate_per_s, high.rate_per_s,
+                          False).share
+        of = ""
     if high is not low:   # a run of one count has no rate to compare with
-        out.append(Target(f"routing rate at {high.partitions} / at {low.partitions} partitions",
+        out.append(Target(f"routing rate at {high.partitions} / at {low.partitions} "
+                          f"partitions{of}",
                           None if share is None else share * 100, "%", "at least",
                           RATE_SHARE * 100, high.partitions, "rate_per_s"))
     for r in _named(rows, (SIZE_AT,)):

@@ -120,3 +120,19 @@ def test_sizing_comes_from_the_measured_rows_only() -> None:
     assert "- threads per owned partition: 0.2 (from 41 to 90);" in sizing
     # 64 misses the start-up and failover limits, 256 duplicated a record: 4 is within them all
     assert "- partitions per worker: up to 4, the largest count measured" in sizing
+
+
+def test_the_rate_share_is_shown_round_by_round_with_its_median() -> None:
+    from dataclasses import asdict
+
+    from tests.bench.partition_targets import RateRound
+    data = json.loads(RESULTS.read_text())
+    section = _partition_counts_section()
+    rounds = [RateRound(4, 64, 21_300, 8_500, False), RateRound(4, 64, 20_000, 19_000, True),
+              RateRound(4, 64, 20_000, 20_400, False)]
+    section["rate_rounds"] = [{**asdict(r), "share": r.share} for r in rounds]
+    page = render(merge(data, {"partition_counts": section}, "abc1234", "Apache Kafka"))
+    assert "Routing rate at 64 / at 4 partitions in 3 rounds, each a fresh backlog routed by a " \
+           "fresh worker at both counts, the order alternating (the first round is the " \
+           "table's): 39.9% (4 first), 95.0% (64 first), 102.0% (4 first); their median, " \
+           "95.0%, is the figure of the target." in page

@@ -13,7 +13,7 @@ from tests.bench.partition_backlog import (
     primary,
     switch_time,
 )
-from tests.bench.partition_targets import Row, targets
+from tests.bench.partition_targets import RateRound, Row, median_share, targets
 
 
 def _row(partitions: int, **figures: Any) -> Row:
@@ -81,3 +81,24 @@ def test_threads_and_memory_are_checked_at_256() -> None:
 
 def test_a_run_of_one_count_has_no_rate_share() -> None:
     assert not [t for t in targets([_row(256)]) if t.field == "rate_per_s"]
+
+
+def test_the_rate_share_is_the_median_of_its_rounds_not_one_pass() -> None:
+    rows = [_row(4, rate_per_s=100_000.0), _row(64, rate_per_s=70_000.0)]
+    rounds = [RateRound(4, 64, 100_000.0, 70_000.0, False),    # one slow pass: 70%
+              RateRound(4, 64, 100_000.0, 98_000.0, True),
+              RateRound(4, 64, 90_000.0, 99_000.0, False)]
+    assert median_share(rounds) == 0.98
+    share = [t for t in targets(rows, rounds) if t.field == "rate_per_s"]
+    assert [(t.name, t.figure, t.passed) for t in share] == \
+        [("routing rate at 64 / at 4 partitions (median of 3 rounds)", 98.0, True)]
+    # without rounds the rows' own rates decide, and this pass fails
+    assert [t.passed for t in targets(rows) if t.field == "rate_per_s"] == [False]
+
+
+def test_a_round_that_routed_nothing_fails_the_rate_share() -> None:
+    rounds = [RateRound(4, 64, 100_000.0, 98_000.0, False),
+              RateRound(4, 64, 100_000.0, None, True)]
+    assert median_share(rounds) is None
+    share = [t for t in targets([_row(4), _row(64)], rounds) if t.field == "rate_per_s"]
+    assert [(t.figure, t.passed) for t in share] == [(None, False)]

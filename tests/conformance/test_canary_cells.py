@@ -7,7 +7,10 @@ tests/soak/chaos.py) whose plans are a canary's steps instead of whole switches 
   (``kill -9``, restarted at once with its instance id) at a random time during the steps;
 * **B**: ``green`` takes 25% of the keys, then the rollback gives them back to ``blue``, with a
   zombie worker (``SIGSTOP`` past its session while the rollback comes, ``SIGCONT`` after its
-  partitions moved).
+  partitions moved);
+* **C**: A's steps with the leader of a raw or output partition killed (``kill -9``, restarted);
+* **D**: B's rollback with a broker frozen for 20 s (``SIGSTOP``, then ``SIGCONT``) while the
+  rollback's plan or boundary comes.
 
 The workload writes every seventh event without a key. The checker (tests/soak/checker.py)
 decides each record's primary with the router's own pure function of the plan, the key and the
@@ -67,6 +70,11 @@ CELLS = (
     # the 25% step at 30 s, the rollback at 60 s (boundary ~75 s): the worker is frozen for
     # 20-40 s from 40-60 s, so the rollback's plan or boundary passes while it is frozen
     CanarySpec("B", canary_steps("green:25%", "blue"), FaultKind.WORKER_ZOMBIE, (40.0, 60.0)),
+    # A's steps with a broker killed instead: the leader of a raw or output partition
+    CanarySpec("C", canary_steps("green:5%", "green:25%", "green"), FaultKind.LEADER_KILL,
+               (35.0, 100.0)),
+    # B's rollback with a broker frozen for 20 s as the rollback's plan or boundary comes
+    CanarySpec("D", canary_steps("green:25%", "blue"), FaultKind.BROKER_FREEZE, (40.0, 60.0)),
 )
 
 

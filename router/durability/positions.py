@@ -8,10 +8,13 @@ its consumer was rebuilt and while Kafka moved partition leaders, deliver from t
 had been assigned at before; the ten records in between never reached the output. The data
 path then forwards what it is given, so nothing else would notice.
 
-So the first record each positioned partition delivers is checked against its position. Below
-or at it is right (below: the client reset an out-of-range position, and what was forwarded is
-known from the output). Above it, the records in between may be missing: that partition's
-records of the batch are not decided, and it is sought to its position again. A partition
+So the first record at or past its position that each positioned partition delivers is checked
+against it. Records before the position may come first (delivered again: a fetch that was under
+way, or a client that reset an out-of-range position); they are decided again, and the output
+and the dedup store know them, but they confirm nothing about the records after them, which
+may still start past the position. At the position is right. Past it, the records in
+between may be missing: that partition's records of the batch are not decided, and it is
+sought to its position again. A partition
 that comes back with the same first record twice has nothing in between to read (transaction
 markers, or records deleted by retention), and goes on from there. One that keeps skipping
 ahead after ``MAX_RESEEKS`` seeks is never let go on: the client is rebuilt
@@ -93,17 +96,26 @@ class PositionCheck:
                 m = cast(DataMessage, m)
             key = (m.topic(), m.partition())
             if key in delivered and key not in first:
-                first[key] = m.offset()
+                offset = m.offset()
+                if offset < self.expected[key].offset:
+                    # A record before the position, delivered again (decided before: the
+                    # output and the dedup store know it). It confirms nothing: what counts is
+                    # the first record at or past the position, which may come after a jump.
+                    continue
+                first[key] = offset
                 if len(first) == len(delivered):
                     break
         again: list[TopicPartition] = []
+        confirmed: list[str] = []
         for key, offset in first.items():
             e = self.expected[key]
-            if offset <= e.offset or offset == e.last_first:
+            if offset == e.offset or offset == e.last_first:
                 if offset > e.offset:
                     log.info("%s:%d delivered from offset %d after it was put at %d, again: "
                              "nothing to read in between (transaction markers or records "
                              "deleted by retention)", key[0], key[1], offset, e.offset)
+                confirmed.append(f"{key[0]}:{key[1]} from {offset}" +
+                                 ("" if offset == e.offset else f" (put at {e.offset})"))
                 del self.expected[key]
                 continue
             if e.reseeks >= MAX_RESEEKS:
@@ -117,6 +129,9 @@ class PositionCheck:
             e.reseeks += 1
             e.last_first = offset
             again.append(TopicPartition(key[0], key[1], e.offset))
+        if confirmed:   # one line per positioning: what a replay read first, for forensics
+            log.info("positions confirmed by the first record delivered: %s",
+                     ", ".join(confirmed))
         if not again:
             return Recheck(msgs)
         dropped = {(tp.topic, tp.partition) for tp in again}

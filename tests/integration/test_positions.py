@@ -79,6 +79,35 @@ def test_a_partition_delivering_past_its_position_is_put_back_and_its_records_he
         assert check.expected == {}   # confirmed: later batches are not scanned
 
 
+def test_records_before_the_position_confirm_nothing_when_the_partition_then_jumps_past_it(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """Records 5-7 come first (delivered again from before the position 10), then the client
+    goes on from 30: the records 10-29 would be skipped. The check looks past the records
+    before the position, finds the jump and has the partition put back."""
+    topic = hundred_records(bootstrap, topic_factory)
+    before, after = consumer(bootstrap), consumer(bootstrap)
+    try:
+        before.assign([TopicPartition(topic, 0, 5)])
+        after.assign([TopicPartition(topic, 0, 30)])
+        stale = first_batch(before, 3)
+        jumped = first_batch(after)
+        assert [m.offset() for m in stale] == [5, 6, 7] and jumped[0].offset() == 30
+        check = PositionCheck()
+        check.positioned([TopicPartition(topic, 0, 10)])
+        found = check.check(after, stale + jumped, [(topic, 0)])
+        assert found.kept == [] and [(t.topic, t.partition, t.offset) for t in found.seek] \
+            == [(topic, 0, 10)]
+        # records before the position and then the position itself: confirmed
+        before.seek(TopicPartition(topic, 0, 8))
+        again = first_batch(before, 5)
+        assert [m.offset() for m in again] == [8, 9, 10, 11, 12]
+        confirmed = check.check(before, again, [(topic, 0)])
+        assert confirmed.kept == again and confirmed.seek == [] and check.expected == {}
+    finally:
+        before.close()
+        after.close()
+
+
 def test_a_client_that_keeps_losing_a_position_is_given_up(
         bootstrap: str, topic_factory: Callable[..., str]) -> None:
     with a_lost_position(bootstrap, topic_factory) as (topic, c, check):

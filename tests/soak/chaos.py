@@ -26,7 +26,7 @@ from testground.brokers import create_topics
 from testground.kafka_broker import KafkaCluster
 from tests.soak.checker import OutputWatcher, Verdict, verify
 from tests.soak.cluster_faults import FaultInjector, FaultKind, FaultRecord
-from tests.soak.forensics import dump_lost
+from tests.soak.forensics import dump_lost, dump_state
 from tests.soak.gaps import PartitionGap, worst_partition
 from tests.soak.plans import PlanSwitcher, Step
 from tests.soak.router_workers import RouteTopics, WorkerPool
@@ -169,6 +169,12 @@ def chaos_run(cluster: KafkaCluster, root: Path, s: ChaosSettings,
             for path in dump_lost(bootstrap, topics.raw, topics.output, workload.events,
                                   res.verdict.lost_samples, root, res.verdict.suspects):
                 res.notes.append(f"partition of lost or wrong records dumped: {path}")
+            held = {workload.events[n].partition
+                    for n in res.verdict.lost_samples + res.verdict.suspects
+                    if n in workload.events}
+            for path in dump_state(bootstrap, name, topics.status,
+                                   f"{topics.group}.checkpoints", held, root):
+                res.notes.append(f"their checkpoints and the workers' statuses: {path}")
         except Exception as exc:  # forensics must not hide the verdict
             res.notes.append(f"dumping the lost or wrong records' partitions: {exc}")
     inputs = [workload.logs[v].acked_at for v in VERSIONS]

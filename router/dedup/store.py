@@ -427,13 +427,21 @@ class DedupStore:
     def purge(self, before_event_time: int) -> int:
         """Forget the buckets that end at or below ``before_event_time`` (their identities are
         all older); return how many identities they held. Identities at or above it are kept,
-        and some below it may be, until their whole bucket is below."""
-        self.flush()
+        and some below it may be, until their whole bucket is below.
+
+        Writes the buckets' registrations and drops only: the buffered identities and
+        metadata stay buffered. They are the open batch's, whose output may not be delivered
+        or committed yet (the worker purges every store now and then, a partition with its
+        commit in flight included); written now, a batch that then aborts would leave its
+        identities in the store, trusted by the takeover that replays it, and its records
+        would be suppressed as duplicates of output that never was (the chaos soak lost one
+        micro-batch per aborted partition so)."""
+        self._write({}, {})
         gone = [b for b in self._buckets.values() if b.end <= before_event_time]
         if gone:
             self._drop(gone)
             self._relive()
-            self.flush()
+            self._write({}, {})
         return sum(b.count for b in gone)
 
     def __len__(self) -> int:

@@ -121,6 +121,7 @@ def test_purge_forgets_whole_buckets_below_the_cut(tmp_path: Path) -> None:
     with DedupStore(tmp_path / "p0", settings) as store:
         for ident, t in ids(100, start=-50):  # negative event times order correctly too
             store.add(ident, t)
+        store.flush()
         assert len(store) == 100
         assert store.purge(10) == 50  # [-50, 0) ends below 10; [0, 50) does not
         kept = [t for ident, t in ids(100, start=-50) if ident in store]
@@ -129,6 +130,26 @@ def test_purge_forgets_whole_buckets_below_the_cut(tmp_path: Path) -> None:
         assert store.purge(10) == 0
         assert store.purge(50) == 50
         assert not any(ident in store for ident, _ in ids(100, start=-50))
+
+
+def test_a_purge_writes_no_identity_of_the_open_batch(tmp_path: Path) -> None:
+    """The worker purges every store now and then, one whose batch's commit is still in flight
+    included. That batch's identities stay buffered through a purge: if it aborts, the store
+    is closed without them, and the replay of its records finds none of them."""
+    path = tmp_path / "p0"
+    settings = DedupSettings(retention_ms=100)
+    with DedupStore(path, settings) as store:
+        committed, in_flight = ids(50), ids(50, start=50)
+        for ident, t in committed:
+            store.add(ident, t)
+        store.flush()                       # the last committed batch's
+        for ident, t in in_flight:
+            store.add(ident, t)
+        store.purge(-1000)                  # nothing old enough to forget
+        assert all(ident in store for ident, _ in in_flight)   # still known while open
+    with DedupStore(path, settings) as store:   # the batch aborted: closed without a flush
+        assert all(ident in store for ident, _ in committed)
+        assert not any(ident in store for ident, _ in in_flight)
 
 
 def test_purged_buckets_stay_gone_after_reopen(tmp_path: Path) -> None:

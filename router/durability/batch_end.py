@@ -394,9 +394,13 @@ class BatchEnd:
         return sent
 
     def _purge(self) -> None:
-        """Drop identities older than each partition's retention window from its store."""
+        """Drop identities older than each partition's retention window from its store: the
+        settled partitions' only. A partition with its commit in flight has its store flushed
+        by its commit thread (:func:`flush_store`), and its open batch's identities must not
+        reach the store before that commit (router.dedup.store.DedupStore.purge); it is purged
+        at a later batch."""
         self._last_purge = time.monotonic()
-        for owned in self.owned.values():
+        for owned in self.settled_parts():
             h = owned.router.horizon
             if h is not None:
                 owned.store.purge(h - owned.route.settings.dedup.retention_ms)

@@ -1,9 +1,9 @@
 """Test seams: named points where a router worker fails on purpose, the same way every run.
 
 A failure at a chosen step of a batch cannot be hit reliably from outside (a batch takes
-milliseconds), so the tests arm one here. ``CUTOVER_FAILPOINT=<name>`` arms one point, which
-fires once per process; with ``CUTOVER_FAILPOINT_ARM=<file>`` it fires only once that file
-exists (a test arms it when it wants). Unset, every check is one string comparison. Names:
+milliseconds), so the tests arm one here. ``CUTOVER_FAILPOINT=<name>[,<name>...]`` arms points,
+each of which fires once per process; with ``CUTOVER_FAILPOINT_ARM=<file>`` they fire only once
+that file exists (a test arms them when it wants). Unset, every check is one set lookup. Names:
 
 * ``after-checkpoint``: exit at once after a batch's checkpoint is written, before its output;
 * ``txn-before-send``: the batch's transactions are open, nothing of it is sent yet;
@@ -21,6 +21,8 @@ exists (a test arms it when it wants). Unset, every check is one string comparis
 * ``txn-commits-slow``: every commit of raw partition 0 takes a second and a half (longer than
   the data path waits for a commit before it sets the partition aside), for as long as the
   worker runs;
+* ``purge-every-batch``: the worker purges old identities from its stores at every batch, not
+  every 30 s (router.durability.batch_end), for as long as it runs;
 * ``exit-after-commit``: exit at once after a partition's batch with output records
   committed and its store was flushed (in its commit thread), before any later checkpoint;
 * ``pause-before-commit``: the worker stops itself (SIGSTOP) after its batch is delivered and
@@ -41,7 +43,7 @@ from router.base.errors import FailpointHit
 
 log = logging.getLogger("cutover.router")
 
-ARMED = os.environ.get("CUTOVER_FAILPOINT", "")
+ARMED = frozenset(n for n in os.environ.get("CUTOVER_FAILPOINT", "").split(",") if n)
 _ARM_FILE = os.environ.get("CUTOVER_FAILPOINT_ARM", "")
 _fired: set[str] = set()
 _lock = threading.Lock()  # partitions commit from several threads
@@ -49,7 +51,7 @@ _lock = threading.Lock()  # partitions commit from several threads
 
 def fire(name: str) -> bool:
     """True once, the first time ``name`` is reached while armed."""
-    if name != ARMED or name in _fired:
+    if name not in ARMED or name in _fired:
         return False
     if _ARM_FILE and not os.path.exists(_ARM_FILE):
         return False
@@ -63,7 +65,7 @@ def fire(name: str) -> bool:
 
 def active(name: str) -> bool:
     """True every time ``name`` is reached while armed (a lasting condition, not one event)."""
-    if name != ARMED:
+    if name not in ARMED:
         return False
     return not _ARM_FILE or os.path.exists(_ARM_FILE)
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from router.base.errors import BatchAborted, OutputWriteFailed, ProducerFenced, RouterError
-from router.base.failpoints import fire, pause_at
+from router.base.failpoints import active, fire, pause_at
 from router.durability.checkpoint import Checkpoint, write_checkpoints
 from router.durability.output_writer import OutputWriter, Sent
 from router.durability.ownership import PollClock, check_ownership
@@ -332,7 +332,7 @@ class BatchEnd:
                 self.consumer().commit(offsets=commits, asynchronous=True)
             except KafkaException as exc:
                 log.warning("offset commit: %s", exc)
-        if time.monotonic() - self._last_purge > PURGE_EVERY_S:
+        if time.monotonic() - self._last_purge > PURGE_EVERY_S or active("purge-every-batch"):
             self._purge()
         return stale
 

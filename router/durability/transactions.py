@@ -59,7 +59,7 @@ from router.base.errors import (
     RouterConfigError,
     RouterError,
 )
-from router.base.failpoints import ARMED, active, fire, pause_at, raise_at
+from router.base.failpoints import active, fire, pause_at, raise_at
 from router.base.kafka_io import client_conf
 from router.durability.checkpoint import Checkpoint, produce_checkpoint
 from router.durability.output_writer import Sent
@@ -459,7 +459,8 @@ class WorkerTransactions:
                 # partitions aside meanwhile
                 time.sleep(COMMIT_FAILPOINT_SLOW_S if slowly else COMMIT_FAILPOINT_S)
                 self._abort(slot)
-                raise BatchAborted(f"{name}: commit failed (failpoint {ARMED}); the batch was "
+                failpoint = "txn-commit-fails-slowly" if slowly else "txn-commit-fails"
+                raise BatchAborted(f"{name}: commit failed (failpoint {failpoint}); the batch was "
                                    "aborted")
             try:
                 slot.producer.commit_transaction(timeout)

@@ -90,56 +90,18 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
         router.stop()
 
 
-def test_a_batch_whose_commit_fails_leaves_no_identity_in_the_store_for_its_replay(
-        broker: BrokerUnderTest, tmp_path: Path) -> None:
-    """The worker purges old identities from its stores now and then, here at every batch
-    (``purge-every-batch``), while a batch's commit is in flight for seconds and then fails
-    (``txn-commit-fails-slowly``). The purge must not write that batch's identities to the
-    store: the partition is taken over again from its checkpoint with its store kept, and a
-    replay that found them there would suppress its own records as duplicates of output that
-    was aborted. Every record is in the output once."""
+@contextlib.contextmanager
+def blue_through_a_failing_commit(broker: BrokerUnderTest, tmp_path: Path, failpoints: str
+                                  ) -> Iterator[tuple[Env, RouterProcess]]:
+    """One partition; blue emits 500 records, then ``failpoints`` are armed and blue emits
+    the rest of ``N`` without pause while a commit fails; yields once all ``N`` are in the
+    output."""
     if broker.kind == "tansu":
         pytest.skip("transactions are off on Tansu")
     env = Env(broker.bootstrap, tmp_path, partitions=1)
     assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
     arm = tmp_path / "arm"
-    router = RouterProcess(env, extra_env={
-        "CUTOVER_FAILPOINT": "txn-commit-fails-slowly,purge-every-batch",
-        "CUTOVER_FAILPOINT_ARM": str(arm)})
-    try:
-        router.wait_started()
-        blue = Job(env, "blue")
-        blue.emit(events(0, 500))
-        env.wait_output(500)
-        arm.touch()
-        for lo in range(500, N, 100):
-            blue.emit(events(lo, lo + 100))
-            time.sleep(0.02)
-        env.wait_output(N)
-        check_output(env, events(0, N), lambda p, t: "blue")
-        text = router.text()
-        assert "commit failed (failpoint txn-commit-fails-slowly)" in text, text[-3000:]
-        assert "kept store" in text, text[-3000:]   # the replay trusted the store it had
-        router.assert_alive()
-    finally:
-        router.stop()
-
-
-@pytest.mark.parametrize("failpoint", ["txn-commit-fails", "txn-commit-fails-slowly"])
-def test_records_consumed_while_a_commit_fails_are_read_again(
-        broker: BrokerUnderTest, tmp_path: Path, failpoint: str) -> None:
-    """A batch's commit completes while the worker consumes the next batch
-    (router.durability.batch_end). When it fails, the partition is taken over again from its
-    checkpoint, and the records already consumed of it are dropped and read again from there: every
-    record is in the output once, in order. The job emits without pause while the commit fails (it
-    takes half a second, or, slowly, long enough that the partition is set aside and paused
-    meanwhile), so the consume in between has records of the partition."""
-    if broker.kind == "tansu":
-        pytest.skip("transactions are off on Tansu")
-    env = Env(broker.bootstrap, tmp_path, partitions=1)
-    assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
-    arm = tmp_path / "arm"
-    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": failpoint,
+    router = RouterProcess(env, extra_env={"CUTOVER_FAILPOINT": failpoints,
                                            "CUTOVER_FAILPOINT_ARM": str(arm)})
     try:
         router.wait_started()
@@ -151,6 +113,39 @@ def test_records_consumed_while_a_commit_fails_are_read_again(
             blue.emit(events(lo, lo + 100))
             time.sleep(0.02)
         env.wait_output(N)
+        yield env, router
+    finally:
+        router.stop()
+
+
+def test_a_batch_whose_commit_fails_leaves_no_identity_in_the_store_for_its_replay(
+        broker: BrokerUnderTest, tmp_path: Path) -> None:
+    """The worker purges old identities from its stores now and then, here at every batch
+    (``purge-every-batch``), while a batch's commit is in flight for seconds and then fails
+    (``txn-commit-fails-slowly``). The purge must not write that batch's identities to the
+    store: the partition is taken over again from its checkpoint with its store kept, and a
+    replay that found them there would suppress its own records as duplicates of output that
+    was aborted. Every record is in the output once."""
+    with blue_through_a_failing_commit(broker, tmp_path,
+                                       "txn-commit-fails-slowly,purge-every-batch") as (env,
+                                                                                       router):
+        check_output(env, events(0, N), lambda p, t: "blue")
+        text = router.text()
+        assert "commit failed (failpoint txn-commit-fails-slowly)" in text, text[-3000:]
+        assert "kept store" in text, text[-3000:]   # the replay trusted the store it had
+        router.assert_alive()
+
+
+@pytest.mark.parametrize("failpoint", ["txn-commit-fails", "txn-commit-fails-slowly"])
+def test_records_consumed_while_a_commit_fails_are_read_again(
+        broker: BrokerUnderTest, tmp_path: Path, failpoint: str) -> None:
+    """A batch's commit completes while the worker consumes the next batch
+    (router.durability.batch_end). When it fails, the partition is taken over again from its
+    checkpoint, and the records already consumed of it are dropped and read again from there: every
+    record is in the output once, in order. The job emits without pause while the commit fails (it
+    takes half a second, or, slowly, long enough that the partition is set aside and paused
+    meanwhile), so the consume in between has records of the partition."""
+    with blue_through_a_failing_commit(broker, tmp_path, failpoint) as (env, router):
         out = check_output(env, events(0, N), lambda p, t: "blue")
         times = [int(dict(m.headers())["bg.event_time"]) for m in out]
         assert times == sorted(times), "the output is not in the raw partition's order"
@@ -163,8 +158,6 @@ def test_records_consumed_while_a_commit_fails_are_read_again(
                      lambda: run_cli_json(env)["counters"]["reread"] == reread)
         router.assert_alive()
         assert text.count("took over partitions") == 1, "the worker restarted or rejoined"
-    finally:
-        router.stop()
 
 
 def test_a_crash_after_a_commit_repeats_no_dead_letter(broker: BrokerUnderTest,

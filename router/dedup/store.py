@@ -434,14 +434,12 @@ class DedupStore:
         or committed yet (the worker purges every store now and then, a partition with its
         commit in flight included); written now, a batch that then aborts would leave its
         identities in the store, trusted by the takeover that replays it, and its records
-        would be suppressed as duplicates of output that never was (the chaos soak lost one
-        micro-batch per aborted partition so)."""
-        self._write({}, {})
+        would be suppressed as duplicates of output that never was."""
         gone = [b for b in self._buckets.values() if b.end <= before_event_time]
         if gone:
             self._drop(gone)
             self._relive()
-            self._write({}, {})
+        self._write({}, {})
         return sum(b.count for b in gone)
 
     def __len__(self) -> int:

@@ -100,6 +100,14 @@ def _named(rows: Sequence[Row], wanted: Sequence[int]) -> list[Row]:
     return named or [max(rows, key=lambda r: r.partitions)]
 
 
+def compared(rows: Sequence[Row]) -> tuple[Row, Row]:
+    """The rows whose rates the rate share compares: 4 and 64 partitions, or the fewest and
+    the most run."""
+    by_count = {r.partitions: r for r in rows}
+    return (by_count.get(4) or min(rows, key=lambda r: r.partitions),
+            by_count.get(64) or max(rows, key=lambda r: r.partitions))
+
+
 def targets(rows: Sequence[Row], rate_rounds: Sequence[RateRound] = ()) -> list[Target]:
     """Each target of the issue against ``rows``; the rate share compares 64 partitions with
     4 (or the largest count run with the smallest): the median share of ``rate_rounds`` when
@@ -115,9 +123,7 @@ def targets(rows: Sequence[Row], rate_rounds: Sequence[RateRound] = ()) -> list[
                        "failover_same_id_s"),
                 Target(f"failover, standby, every partition, {at}", r.failover_standby_s, "s",
                        "at most", FAILOVER_STANDBY_S, n, "failover_standby_s")]
-    by_count = {r.partitions: r for r in rows}
-    low = by_count.get(4) or min(rows, key=lambda r: r.partitions)
-    high = by_count.get(64) or max(rows, key=lambda r: r.partitions)
+    low, high = compared(rows)
     if rate_rounds:
         share = median_share(rate_rounds)
         of = f" (median of {len(rate_rounds)} rounds)"

@@ -68,7 +68,7 @@ from tests.bench.partition_backlog import (
     primary,
     switch_time,
 )
-from tests.bench.partition_targets import RateRound, Row, median_share, targets
+from tests.bench.partition_targets import RateRound, Row, compared, median_share, targets
 from tests.bench.report import load_line, record
 from tests.bench.support import RouterChild
 
@@ -424,10 +424,9 @@ def _rate_rounds(bootstrap: str, tmp: Path, rows: list[Row], raw_records: int,
     """The rate share in rounds: the whole measurement's rates are the first round (the fewest
     partitions routed first); each further round routes both counts again, the order
     alternating, so that neither count always meets the broker warmer."""
-    by_count = {r.partitions: r for r in rows}
-    low, high = min(by_count), max(by_count)
-    low, high = (4, 64) if {4, 64} <= by_count.keys() else (low, high)
-    out = [RateRound(low, high, by_count[low].rate_per_s, by_count[high].rate_per_s, False)]
+    first_low, first_high = compared(rows)
+    low, high = first_low.partitions, first_high.partitions
+    out = [RateRound(low, high, first_low.rate_per_s, first_high.rate_per_s, False)]
     for k in range(1, rounds):
         high_first = k % 2 == 1
         rates: dict[int, float | None] = {}

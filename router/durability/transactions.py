@@ -398,18 +398,27 @@ class WorkerTransactions:
 
     def _abort(self, slot: Slot) -> bool:
         """Abort the slot's transaction; True if its producer is fenced (or its state unknown:
-        its partitions are given up and taken again)."""
+        its partitions are given up and taken again). An error the client calls retriable (a
+        timeout: the abort goes on in the background) is asked again, as librdkafka's
+        ``rd_kafka_abort_transaction`` documents, within ``INIT_TIMEOUT_S`` in all."""
         slot.open = False
-        try:
-            slot.producer.abort_transaction(INIT_TIMEOUT_S)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if is_fenced(exc):
-                return True
-            if err.code() != KafkaError._STATE:  # _STATE: no transaction was open
+        deadline = time.monotonic() + INIT_TIMEOUT_S
+        while True:
+            try:
+                slot.producer.abort_transaction(max(deadline - time.monotonic(), 1.0))
+                return False
+            except KafkaException as exc:
+                err = exc.args[0]
+                if is_fenced(exc):
+                    return True
+                if err.code() == KafkaError._STATE:  # no transaction was open
+                    return False
+                if err.retriable() and time.monotonic() < deadline:
+                    log.warning("slot %d: abort: %s; asked again", slot.index, err.str())
+                    time.sleep(0.1)
+                    continue
                 log.warning("slot %d: abort: %s", slot.index, err.str())
                 return True
-        return False
 
     def commit(self, slot: Slot, keys: list[PartitionKey], sent: Sent | None,
                written: dict[PartitionKey, Owned], offsets: list[TopicPartition],

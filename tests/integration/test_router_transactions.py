@@ -78,9 +78,10 @@ def test_a_failed_transaction_step_loses_and_doubles_nothing(
         assert f"failpoint {step}" in text, text[-3000:]
         assert handled in text, text[-3000:]
         if step != "txn-commit-timeout":
-            assert "batch aborted; replaying from their checkpoints" in text
+            assert "batch aborted; replaying from their checkpoints" in text, text[-3000:]
         router.assert_alive()
-        assert text.count("took over partitions") == 1, "the worker restarted or rejoined"
+        assert text.count("took over partitions") == 1, \
+            f"the worker restarted or rejoined: {text[-3000:]}"
         if step == "txn-after-send":
             # The aborted partition's batch was delivered: its copy of the dead letter it held
             # is in the log, and only a read_uncommitted reader sees it.

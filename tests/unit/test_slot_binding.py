@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cutover.settings import RouterSettings
 from router.durability.transactions import (
@@ -104,3 +104,46 @@ def test_a_slot_given_up_is_started_again_though_no_partition_maps_to_it_now() -
     txn.leaders[("r.out", 0)] = 2   # its leader moved meanwhile
     txn.reset()
     assert txn.to_restart == {1, 2}
+
+
+class AbortingProducer(StandInProducer):
+    """A producer whose ``abort_transaction`` answers each of ``errors`` in turn, then
+    succeeds."""
+
+    def __init__(self, errors: list[KafkaError]) -> None:
+        super().__init__()
+        self.errors = errors
+        self.aborts = 0
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.aborts += 1
+        if self.errors:
+            raise KafkaException(self.errors.pop(0))
+
+
+def aborted(errors: list[KafkaError]) -> tuple[set[tuple[str, int]], int]:
+    """Abort a begun transaction of partition r/0 whose producer answers ``errors`` first:
+    the keys given up as fenced, and how many times the abort was asked."""
+    txn = worker({0: 1})
+    producer = AbortingProducer(errors)
+    txn.slots[1] = Slot(1, cast(Producer, cast(Any, producer)))
+    txn.begin([("r", 0)])
+    return txn.abort([("r", 0)]), producer.aborts
+
+
+def test_an_abort_that_times_out_is_asked_again_and_keeps_the_partition() -> None:
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "abort timed out", retriable=True)
+    assert aborted([timed_out, timed_out]) == (set(), 3)
+
+
+def test_an_abort_without_an_open_transaction_is_no_failure() -> None:
+    assert aborted([KafkaError(KafkaError._STATE, "no transaction")]) == (set(), 1)
+
+
+def test_a_fenced_abort_gives_the_partition_up() -> None:
+    fenced = KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+    assert aborted([fenced]) == ({("r", 0)}, 1)
+
+
+def test_an_abort_failing_otherwise_gives_the_partition_up() -> None:
+    assert aborted([KafkaError(KafkaError.INVALID_TXN_STATE, "invalid state")]) == ({("r", 0)}, 1)

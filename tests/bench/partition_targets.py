@@ -47,18 +47,30 @@ class RateRound:
     low_rate: float | None      # raw data records/s (None: the backlog was not routed)
     high_rate: float | None
     high_first: bool            # which count this round routed first
+    # The pass-through loop's records/s over the same backlog, just before the worker (None:
+    # not measured): what the client and the broker give at each count without routing.
+    low_loop: float | None = None
+    high_loop: float | None = None
 
     @property
     def share(self) -> float | None:
         """The rate at the most partitions / at the fewest."""
-        if self.low_rate and self.high_rate is not None:
-            return self.high_rate / self.low_rate
-        return None
+        return _share(self.low_rate, self.high_rate)
+
+    @property
+    def loop_share(self) -> float | None:
+        """The pass-through loop's rate at the most partitions / at the fewest."""
+        return _share(self.low_loop, self.high_loop)
 
 
-def median_share(rounds: Sequence[RateRound]) -> float | None:
-    """The median of the rounds' shares; None when a round has none (a count not routed)."""
-    shares = [r.share for r in rounds]
+def _share(low: float | None, high: float | None) -> float | None:
+    return high / low if low and high is not None else None
+
+
+def median_share(rounds: Sequence[RateRound], loop: bool = False) -> float | None:
+    """The median of the rounds' shares (``loop``: the pass-through loop's); None when a
+    round has none (a count not routed)."""
+    shares = [r.loop_share if loop else r.share for r in rounds]
     if not shares or any(x is None for x in shares):
         return None
     return statistics.median(x for x in shares if x is not None)

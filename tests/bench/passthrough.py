@@ -12,8 +12,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
+from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from router.base.kafka_io import PREFETCH
 from router.worker.gc_pause import batch_gc_pause
@@ -63,6 +65,53 @@ def forward_primary(producers: list[Producer], out: str, msgs: list[Message],
             except BufferError:
                 producer.poll(0.05)
     return n
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run: raw records/s (wall), and the process's CPU per raw record, every thread's
+    (librdkafka's included), over the same window: the figure that moves least with the
+    machine's load (tests.bench.checkout_round)."""
+
+    per_s: float
+    cpu_us: float
+
+
+# The loops' output producer: the router's linger (5 ms), a queue that never fills here.
+OUTPUT_PRODUCER = {"linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
+                   "batch.num.messages": 10000}
+
+
+def assigned_consumer(bootstrap: str, raw: str, group: str, partitions: int) -> Consumer:
+    """A consumer of every raw partition from its start, prefetching as the router does."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "enable.auto.commit": False, **PREFETCH})
+    c.assign([TopicPartition(raw, p, 0) for p in range(partitions)])
+    return c
+
+
+def passthrough_measured(bootstrap: str, raw: str, out: str, total: int,
+                         partitions: int) -> Measured:
+    """The loop over ``total`` raw records of ``raw`` (every partition from its start) into
+    ``out``, in this process: its rate from its first consumed record to its last, and its CPU
+    per record."""
+    c = assigned_consumer(bootstrap, raw, f"pt-{raw}", partitions)
+    p = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER})
+    n = 0
+    t0 = c0 = None
+    while n < total:
+        msgs = c.consume(20_000, 0.05)
+        if msgs and t0 is None:
+            t0, c0 = time.monotonic(), time.process_time()
+        with batch_gc_pause():  # as the router's data path does
+            n += pass_batch(p, out, msgs)
+            p.flush(60)
+            c.commit(asynchronous=True) if msgs else None
+            del msgs
+    assert t0 is not None and c0 is not None
+    done = Measured(total / (time.monotonic() - t0), (time.process_time() - c0) / total * 1e6)
+    c.close()
+    return done
 
 
 def run(bootstrap: str, raw: str, out: str, stop: threading.Event,

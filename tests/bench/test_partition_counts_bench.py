@@ -24,10 +24,12 @@ For each partition count (256 as 4 routes x 64), on fresh topics:
    (lost, duplicated), from the version the plan makes primary for its event time.
 
 Then the routing rate at 64 partitions against 4 in rounds (``CUTOVER_BENCH_PARTITION_RATE_ROUNDS``,
-5 by default, the whole measurement's rates the first): each further round routes a fresh
-backlog at both counts with a fresh worker, the order alternating, and checks its output the
-same way. The target takes the median of the rounds' shares: a single pass moves with what
-else the machine does in its few seconds.
+5 by default): each round writes a fresh backlog at both counts, the order alternating; the
+pass-through loop (tests/bench/passthrough.py) reads it first, then a fresh worker routes it
+and its output is checked the same way, and the count's topics are deleted. The target takes
+the median of the rounds' router shares: a single pass moves with what else the machine does
+in its few seconds. The loop's share beside it says how much of a drop the client and the
+broker make at that count without any routing.
 
 Each target of the issue is printed with its figure, its ratio to the target and PASS or FAIL
 (tests/bench/partition_targets.py); the benchmark asserts only that every step completed and
@@ -48,11 +50,14 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from router.durability.checkpoint import checkpoint_topic
 from testground.brokers import create_topics
 from tests.bench.partition_backlog import (
     BASE_T,
@@ -69,6 +74,7 @@ from tests.bench.partition_backlog import (
     switch_time,
 )
 from tests.bench.partition_targets import RateRound, Row, compared, median_share, targets
+from tests.bench.passthrough import passthrough_measured
 from tests.bench.report import load_line, record
 from tests.bench.support import RouterChild
 
@@ -397,42 +403,74 @@ def _measure(bootstrap: str, tmp: Path, partitions: int, raw_records: int) -> tu
         lost, duplicated, wrong = _check(run.reader, total, switch_time(events))
     finally:
         run.close()
+        _delete_topics(bootstrap, layout, [])
     row = Row(partitions=partitions, routes=layout.routes, **asdict(run.got), lost=lost,
               duplicated=duplicated, wrong_version=wrong)
     print(f"{partitions} partitions: {row}", flush=True)
     return row, backlog
 
 
-def _rate(bootstrap: str, tmp: Path, partitions: int, raw_records: int) -> float | None:
-    """The routing rate alone: a fresh backlog routed by a fresh worker (None: not routed).
-    The output is checked as in a whole measurement."""
+class RatePair(NamedTuple):
+    """One count's rates in a round: the router's and the pass-through loop's."""
+
+    router: float | None
+    loop: float | None
+
+
+def _rate(bootstrap: str, tmp: Path, partitions: int, raw_records: int) -> RatePair:
+    """The routing rate alone: a fresh backlog read first by the pass-through loop (into a
+    topic of its own: what the client and the broker give at this count without routing),
+    then routed by a fresh worker (None: not routed). The output is checked as in a whole
+    measurement; the count's topics are deleted afterwards, so that every round and count
+    meets a broker holding the same topics."""
     tmp.mkdir(parents=True, exist_ok=True)
     layout, events, backlog = _fresh_backlog(bootstrap, partitions, raw_records)
+    assert layout.routes == 1, "the rate rounds compare counts of one route"
+    loop_out = f"{layout.output(0)}-loop"
+    create_topics(bootstrap, {loop_out: layout.per_route})
+    loop = passthrough_measured(bootstrap, layout.raw(0), loop_out,
+                                backlog.data + backlog.heartbeats, layout.per_route)
+    print(f"  pass-through loop: {loop.per_s:,.0f} raw records/s", flush=True)
     run = Run(bootstrap, tmp, layout, events, backlog)
     try:
         run.backlog_routed(raw_records)
         found = _check(run.reader, events, switch_time(events))
     finally:
         run.close()
+        _delete_topics(bootstrap, layout, [loop_out])
     assert found == (0, 0, 0), \
         f"{partitions} partitions, rate round: (lost, duplicated, wrong version) = {found}"
-    return run.got.rate_per_s
+    return RatePair(run.got.rate_per_s, loop.per_s)
+
+
+def _delete_topics(bootstrap: str, layout: Layout, extra: list[str]) -> None:
+    """Delete a layout's topics, its workers' checkpoint topic and ``extra``."""
+    group = f"pc-{layout.tag}"
+    topics = [layout.control, layout.status, checkpoint_topic(group), *extra] + [
+        t for r in range(layout.routes)
+        for t in (layout.raw(r), layout.output(r), f"{layout.output(r)}.dlq")]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for topic, done in admin.delete_topics(topics, operation_timeout=30).items():
+        try:
+            done.result()
+        except KafkaException as exc:
+            print(f"  topic {topic} not deleted: {exc}", flush=True)
 
 
 def _rate_rounds(bootstrap: str, tmp: Path, rows: list[Row], raw_records: int,
                  rounds: int) -> list[RateRound]:
-    """The rate share in rounds: the whole measurement's rates are the first round (the fewest
-    partitions routed first); each further round routes both counts again, the order
+    """The rate share in rounds, each routing a fresh backlog at both counts, the order
     alternating, so that neither count always meets the broker warmer."""
     first_low, first_high = compared(rows)
     low, high = first_low.partitions, first_high.partitions
-    out = [RateRound(low, high, first_low.rate_per_s, first_high.rate_per_s, False)]
-    for k in range(1, rounds):
+    out: list[RateRound] = []
+    for k in range(rounds):
         high_first = k % 2 == 1
-        rates: dict[int, float | None] = {}
+        rates: dict[int, RatePair] = {}
         for n in ((high, low) if high_first else (low, high)):
             rates[n] = _rate(bootstrap, tmp / f"rate{k}-p{n}", n, raw_records)
-        out.append(RateRound(low, high, rates[low], rates[high], high_first))
+        out.append(RateRound(low, high, rates[low].router, rates[high].router, high_first,
+                             rates[low].loop, rates[high].loop))
     return out
 
 
@@ -463,12 +501,16 @@ def test_partition_counts(bootstrap: str, tmp_path: Path) -> None:
               if len(rows) > 1 else [])
     for k, rr in enumerate(rounds, 1):
         share = "-" if rr.share is None else f"{rr.share:.1%}"
+        loop = "-" if rr.loop_share is None else f"{rr.loop_share:.1%}"
         print(f"rate round {k} ({rr.high_partitions if rr.high_first else rr.low_partitions} "
               f"partitions first): {_cell(rr.low_rate, '{:,.0f}')} at {rr.low_partitions}, "
-              f"{_cell(rr.high_rate, '{:,.0f}')} at {rr.high_partitions}: {share}")
-    median = median_share(rounds)
+              f"{_cell(rr.high_rate, '{:,.0f}')} at {rr.high_partitions}: {share}; the "
+              f"pass-through loop {_cell(rr.low_loop, '{:,.0f}')} and "
+              f"{_cell(rr.high_loop, '{:,.0f}')}: {loop}")
+    median, loop_median = median_share(rounds), median_share(rounds, loop=True)
     if median is not None:
-        print(f"median share over {len(rounds)} rounds: {median:.1%}")
+        print(f"median share over {len(rounds)} rounds: {median:.1%}"
+              + ("" if loop_median is None else f" (the pass-through loop's: {loop_median:.1%})"))
     checked = targets(rows, rounds)
     print("\ntargets:")
     for t in checked:
@@ -479,7 +521,8 @@ def test_partition_counts(bootstrap: str, tmp_path: Path) -> None:
                                                                          strict=True)},
         "live_rate": LIVE_RATE,
         "rows": [asdict(r) for r in rows],
-        "rate_rounds": [{**asdict(rr), "share": rr.share} for rr in rounds],
+        "rate_rounds": [{**asdict(rr), "share": rr.share, "loop_share": rr.loop_share}
+                        for rr in rounds],
         "targets": [{**asdict(t), "ratio": t.ratio, "passed": t.passed} for t in checked]})
     for r in rows:
         assert r.first_output_s is not None and r.rate_per_s is not None, \

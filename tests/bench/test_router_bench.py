@@ -17,17 +17,22 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from cutover.headers import TaggedRecord, heartbeat_headers
 from cutover.plan import CutoverPlan, Segment
 from cutover.settings import RouterSettings, parse_settings
-from router.base.kafka_io import PREFETCH
 from router.native import compiled
 from router.worker.datapath import DataPath
 from router.worker.gc_pause import batch_gc_pause
 from testground.brokers import BrokerUnderTest, create_topics
-from tests.bench.passthrough import forward_primary, pass_batch
+from tests.bench.passthrough import (
+    OUTPUT_PRODUCER,
+    Measured,
+    assigned_consumer,
+    forward_primary,
+    passthrough_measured,
+)
 from tests.bench.report import load_line, record
 from tests.bench.router_clock import RouterClock
 
@@ -80,50 +85,6 @@ def _fill(bootstrap: str, topic: str, events: int = EVENTS,
     return n
 
 
-@dataclass(frozen=True)
-class Measured:
-    """One run: raw records/s (wall), and the process's CPU per raw record, every thread's
-    (librdkafka's included), over the same window: the figure that moves least with the
-    machine's load (tests.bench.checkout_round)."""
-
-    per_s: float
-    cpu_us: float
-
-
-# The loops' output producer: the router's linger (5 ms), a queue that never fills here.
-OUTPUT_PRODUCER = {"linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
-                   "batch.num.messages": 10000}
-
-
-def _assigned(bootstrap: str, raw: str, group: str, partitions: int = PARTITIONS) -> Consumer:
-    """A consumer of every raw partition from its start, prefetching as the router does."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "enable.auto.commit": False, **PREFETCH})
-    c.assign([TopicPartition(raw, p, 0) for p in range(partitions)])
-    return c
-
-
-def _passthrough(bootstrap: str, raw: str, out: str, total: int,
-                 partitions: int = PARTITIONS) -> Measured:
-    c = _assigned(bootstrap, raw, f"pt-{raw}", partitions)
-    p = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER})
-    n = 0
-    t0 = c0 = None
-    while n < total:
-        msgs = c.consume(20_000, 0.05)
-        if msgs and t0 is None:
-            t0, c0 = time.monotonic(), time.process_time()
-        with batch_gc_pause():  # as the router's data path does
-            n += pass_batch(p, out, msgs)
-            p.flush(60)
-            c.commit(asynchronous=True) if msgs else None
-            del msgs
-    assert t0 is not None and c0 is not None
-    done = Measured(total / (time.monotonic() - t0), (time.process_time() - c0) / total * 1e6)
-    c.close()
-    return done
-
-
 def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     """The least a transactional router does on this data, and nothing else: the pass-through
     loop, but it forwards only one version's records (half of them, as the router does) through
@@ -133,7 +94,7 @@ def _txn_floor(bootstrap: str, raw: str, out: str, total: int) -> Measured:
     batches are the router's (the ``batch_records`` setting's default), as its transactions
     are."""
     batch = RouterSettings.model_fields["batch_records"].default
-    c = _assigned(bootstrap, raw, f"floor-{out}")
+    c = assigned_consumer(bootstrap, raw, f"floor-{out}", PARTITIONS)
     producers = []
     for p in range(PARTITIONS):
         pr = Producer({"bootstrap.servers": bootstrap, **OUTPUT_PRODUCER,
@@ -258,7 +219,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
     warm = f"{out_r}-warm"
     create_topics(bootstrap, {f"{out_pt}-warm": PARTITIONS, warm: PARTITIONS,
                               f"{warm}.dlq": PARTITIONS})
-    _passthrough(bootstrap, raw, f"{out_pt}-warm", total)
+    passthrough_measured(bootstrap, raw, f"{out_pt}-warm", total, PARTITIONS)
     _router(bootstrap, raw, warm, f"ctl-{tag}", f"st-{tag}", total, tmp_path / "state-warm")
     shutil.rmtree(tmp_path / "state-warm", ignore_errors=True)
     rounds: list[tuple[Measured, Measured]] = []   # (pass-through loop, router)
@@ -270,7 +231,7 @@ def test_router_vs_passthrough(bootstrap: str, tmp_path: Path) -> None:
         create_topics(bootstrap, {o_pt: PARTITIONS, o_r: PARTITIONS, f"{o_r}.dlq": PARTITIONS,
                                   o_i: PARTITIONS, f"{o_i}.dlq": PARTITIONS, o_f: PARTITIONS})
         runs: dict[str, Callable[[], Measured]] = {
-            "pt": partial(_passthrough, bootstrap, raw, o_pt, total),
+            "pt": partial(passthrough_measured, bootstrap, raw, o_pt, total, PARTITIONS),
             "floor": partial(_txn_floor, bootstrap, raw, o_f, total),
             "router": partial(_router, bootstrap, raw, o_r, f"ctl-{tag}", f"st-{tag}", total,
                               tmp_path / f"state-{r}"),
@@ -331,7 +292,7 @@ def test_router_vs_passthrough_at_64_partitions(bootstrap: str, tmp_path: Path) 
     plan = whole_switch(BASE_T + MANY_EVENTS * 5)
     warm = f"bench.out-{tag}-warm"
     create_topics(bootstrap, {f"{warm}-pt": MANY, warm: MANY, f"{warm}.dlq": MANY})
-    _passthrough(bootstrap, raw, f"{warm}-pt", total, MANY)
+    passthrough_measured(bootstrap, raw, f"{warm}-pt", total, MANY)
     _router(bootstrap, raw, warm, ctl, st, total, tmp_path / "state-warm", segments=plan,
             events=MANY_EVENTS)
     rounds: list[tuple[Measured, Measured]] = []
@@ -339,7 +300,7 @@ def test_router_vs_passthrough_at_64_partitions(bootstrap: str, tmp_path: Path) 
         o_pt, o_r = f"bench.out-{tag}-pt{r}", f"bench.out-{tag}-r{r}"
         create_topics(bootstrap, {o_pt: MANY, o_r: MANY, f"{o_r}.dlq": MANY})
         runs: dict[str, Callable[[], Measured]] = {
-            "pt": partial(_passthrough, bootstrap, raw, o_pt, total, MANY),
+            "pt": partial(passthrough_measured, bootstrap, raw, o_pt, total, MANY),
             "router": partial(_router, bootstrap, raw, o_r, ctl, st, total,
                               tmp_path / f"state-{r}", segments=plan, events=MANY_EVENTS)}
         got = {name: runs[name]() for name in (runs if r % 2 == 0 else reversed(runs))}

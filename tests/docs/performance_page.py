@@ -268,22 +268,33 @@ SCALE_COUNTS = (4, 64, 256)   # the partition counts `make bench` runs
 
 
 def _rate_rounds(rounds: list[Section]) -> list[str]:
-    """The rate share round by round, as the target takes their median."""
+    """The rate share round by round, as the target takes their median, and the pass-through
+    loop's share on the same backlogs where it was measured."""
     if len(rounds) < 2:
         return []
     lo, hi = rounds[0]["low_partitions"], rounds[0]["high_partitions"]
 
-    def one(r: Section) -> str:
-        share = "not measured" if r["share"] is None else f"{r['share']:.1%}"
+    def one(r: Section, key: str = "share", order: bool = True) -> str:
+        share = "not measured" if r.get(key) is None else f"{r[key]:.1%}"
         first = hi if r["high_first"] else lo
-        return f"{share} ({first} first)"
+        return f"{share} ({first} first)" if order else share
 
     shares = sorted(r["share"] for r in rounds if r["share"] is not None)
     median = (f"; their median, {statistics.median(shares):.1%}, is the figure of the target"
               if len(shares) == len(rounds) else "; a round without a rate fails the target")
-    return ["", f"Routing rate at {hi} / at {lo} partitions in {len(rounds)} rounds, each a "
-            "fresh backlog routed by a fresh worker at both counts, the order alternating (the "
-            f"first round is the table's): {', '.join(one(r) for r in rounds)}{median}."]
+    # results of before the loop was measured took the table's rates as the first round
+    first = "" if "loop_share" in rounds[0] else " (the first round is the table's)"
+    lines = ["", f"Routing rate at {hi} / at {lo} partitions in {len(rounds)} rounds, each a "
+             "fresh backlog routed by a fresh worker at both counts, the order alternating"
+             f"{first}: {', '.join(one(r) for r in rounds)}{median}."]
+    loops = sorted(r["loop_share"] for r in rounds if r.get("loop_share") is not None)
+    if len(loops) == len(rounds):
+        lines += ["", f"The pass-through loop (no routing, no transactions) read each backlog "
+                  f"just before the worker: its rate at {hi} / at {lo} partitions was "
+                  f"{', '.join(one(r, 'loop_share', False) for r in rounds)}, a median of "
+                  f"{statistics.median(loops):.1%}. That part of a drop is the client's and the "
+                  "broker's at that count, not the router's."]
+    return lines
 
 
 def partition_counts(s: Section) -> list[str]:

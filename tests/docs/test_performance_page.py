@@ -128,11 +128,14 @@ def test_the_rate_share_is_shown_round_by_round_with_its_median() -> None:
     from tests.bench.partition_targets import RateRound
     data = json.loads(RESULTS.read_text())
     section = _partition_counts_section()
-    rounds = [RateRound(4, 64, 21_300, 8_500, False), RateRound(4, 64, 20_000, 19_000, True),
-              RateRound(4, 64, 20_000, 20_400, False)]
-    section["rate_rounds"] = [{**asdict(r), "share": r.share} for r in rounds]
+    rounds = [RateRound(4, 64, 21_300, 8_500, False, 30_000, 15_000),
+              RateRound(4, 64, 20_000, 19_000, True, 30_000, 29_000),
+              RateRound(4, 64, 20_000, 20_400, False, 30_000, 30_300)]
+    section["rate_rounds"] = [{**asdict(r), "share": r.share, "loop_share": r.loop_share}
+                              for r in rounds]
     page = render(merge(data, {"partition_counts": section}, "abc1234", "Apache Kafka"))
     assert "Routing rate at 64 / at 4 partitions in 3 rounds, each a fresh backlog routed by a " \
-           "fresh worker at both counts, the order alternating (the first round is the " \
-           "table's): 39.9% (4 first), 95.0% (64 first), 102.0% (4 first); their median, " \
-           "95.0%, is the figure of the target." in page
+           "fresh worker at both counts, the order alternating: 39.9% (4 first), 95.0% (64 " \
+           "first), 102.0% (4 first); their median, 95.0%, is the figure of the target." in page
+    assert "its rate at 64 / at 4 partitions was 50.0%, 96.7%, 101.0%, a median of 96.7%." \
+        in page

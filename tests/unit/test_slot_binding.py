@@ -146,4 +146,5 @@ def test_a_fenced_abort_gives_the_partition_up() -> None:
 
 
 def test_an_abort_failing_otherwise_gives_the_partition_up() -> None:
-    assert aborted([KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized")]) == ({("r", 0)}, 1)
+    refused = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized")
+    assert aborted([refused]) == ({("r", 0)}, 1)

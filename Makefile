@@ -81,7 +81,7 @@ test-kafka39: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 	CUTOVER_KAFKA_LIBS=$(JVM_DIR)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
 
 $(STAMP): pyproject.toml setup.py router/native/_fastpath.c router/native/_blake2b.h \
-  router/native/_message.h router/native/_produce.h
+  router/native/_plugin.h router/native/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cutover and its dependencies into $(VENV) ..."

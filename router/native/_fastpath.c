@@ -120,15 +120,26 @@ static int tap_topic_named(const Tap *t, const char *name) {
     return -1;
 }
 
-/* The entry on_consume kept of (topic, partition, offset), or NULL */
-static const Entry *tap_find(const Tap *t, int topic, int32_t partition, int64_t offset) {
+/* The entry on_consume kept of (topic, partition, offset), or NULL. Messages come in the
+ * order their records were consumed, so the entry after the last one found is tried first;
+ * else the table (an entry may have no Message, a Message no entry). */
+static const Entry *tap_find(Tap *t, int topic, int32_t partition, int64_t offset) {
+    if (t->next < t->n) {
+        const Entry *e = &t->ents[t->next];
+        if (e->offset == offset && e->partition == partition && e->topic == (uint32_t)topic) {
+            t->next++;
+            return e;
+        }
+    }
     size_t h = entry_hash((uint32_t)topic, partition, offset) & t->tmask;
     for (;; h = (h + 1) & t->tmask) {
         uint32_t cur = t->table[h];
         if (cur == 0) return NULL;
         const Entry *e = &t->ents[cur - 1];
-        if (e->offset == offset && e->partition == partition && e->topic == (uint32_t)topic)
+        if (e->offset == offset && e->partition == partition && e->topic == (uint32_t)topic) {
+            t->next = cur;
             return e;
+        }
     }
 }
 
@@ -1293,7 +1304,7 @@ static PyObject *Tap_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     t->client = NULL;
     t->consumer = consumer;
     t->owned = 0;
-    t->n = t->used = 0;
+    t->n = t->used = t->next = 0;
     t->recorded = t->dropped = t->read = 0;
     __atomic_store_n(&t->refs, 1, __ATOMIC_RELEASE);
     self->slot = slot;
@@ -1312,6 +1323,7 @@ static PyObject *Tap_begin(TapObject *self, PyObject *unused) {
     Tap *t = &taps[self->slot];
     if (t->n) memset(t->table, 0, (t->tmask + 1) * sizeof(uint32_t));
     t->n = 0;
+    t->next = 0;
     t->used = 0;
     t->owner = pthread_self();
     t->owned = 1;

@@ -137,6 +137,7 @@ typedef struct {
     size_t used, arena_cap;
     uint32_t *table;                /* open addressing: index + 1 into ents, 0 empty */
     size_t tmask;                   /* table size - 1 (a power of two, > 2 * cap) */
+    size_t next;                    /* the entry after the last one found: tried first */
     const rd_kafka_topic_t *rkts[TOPIC_MAX];  /* topic handles seen, each with its name */
     char *topics[TOPIC_MAX];
     int ntopics;

@@ -137,7 +137,7 @@ def tapped_producer(conf: dict[str, Any]) -> Producer:
     the tap's slot lives as long as the client)."""
     tap = client_tap(conf, consumer=False)
     producer = Producer(conf)
-    if tap is not None:
+    if tap is not None and tap.attached:  # else librdkafka refused the plugin's on_new (logged)
         tap.bind(producer)
     return producer
 

@@ -1287,18 +1287,22 @@ static PyObject *Tap_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         return NULL;
     }
     int slot = -1;
-    for (int k = 0; k < TAP_MAX; k++)
-        if (__atomic_load_n(&taps[k].refs, __ATOMIC_ACQUIRE) == 0) {
+    for (int k = 0; k < TAP_MAX && slot < 0; k++) {
+        int idle = 0;
+        if (__atomic_compare_exchange_n(&taps[k].busy, &idle, 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
             slot = k;
-            break;
-        }
+    }
     if (slot < 0) {
         PyErr_SetString(PyExc_RuntimeError, "too many clients with a tap at once");
         return NULL;
     }
-    TapObject *self = (TapObject *)type->tp_alloc(type, 0);
-    if (self == NULL) return NULL;
     Tap *t = &taps[slot];
+    TapObject *self = (TapObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+        return NULL;
+    }
     t->gen++;
     t->rk = NULL;
     t->client = NULL;

@@ -124,6 +124,7 @@ typedef struct {
 #define TOPIC_MAX 64
 
 typedef struct {
+    int busy;                       /* taken by a Tap, until its last reference is given up */
     int refs;                       /* the Tap object's, and its client's from on_new to on_destroy */
     unsigned gen;
     rd_kafka_t *rk;                 /* the client, from on_new until on_destroy */
@@ -159,9 +160,13 @@ static void tap_free_buffers(Tap *t) {
     t->ntopics = 0;
 }
 
-/* a reference to the tap given up: its buffers are freed with the last one */
+/* a reference to the tap given up: its buffers are freed with the last one, and only then is
+ * the slot free for another Tap */
 static void tap_release(Tap *t) {
-    if (__atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) tap_free_buffers(t);
+    if (__atomic_sub_fetch(&t->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        tap_free_buffers(t);
+        __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+    }
 }
 
 static uint64_t entry_hash(uint32_t topic, int32_t partition, int64_t offset) {
@@ -298,7 +303,10 @@ static int on_consume(rd_kafka_t *client, rd_kafka_message_t *m, void *opaque) {
         const char *name;
         const void *val;
         size_t size;
-        if (rk.header_get_all(hdrs, k, &name, &val, &size) != 0) return 0;
+        if (rk.header_get_all(hdrs, k, &name, &val, &size) != 0) {
+            t->used = start;
+            return 0;
+        }
         size_t nl = strlen(name) + 1;
         if (arena_reserve(t, nl + sizeof(int64_t) + size) < 0) {
             t->used = start;

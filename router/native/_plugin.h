@@ -239,89 +239,71 @@ static int tap_topic(Tap *t, const rd_kafka_topic_t *rkt) {
     return t->ntopics++;
 }
 
-/* The tagger's data layout over ``hdrs`` (cutover.headers.data_envelope), with the answers
- * _fastpath.c's recognize() gives over the converted list: 0 not the data layout (or a header
- * name that is not ASCII: Python decodes names, so the accessors decide those), 1 recognized:
- * the event time in ``*t``, the version's raw value in ``*ver``/``*ver_len``. */
-static int recognize_rk(const rd_kafka_headers_t *hdrs, int64_t *t, const char **ver,
-                        size_t *ver_len) {
-    size_t n = rk.header_cnt(hdrs);
-    if (n < 4 || layout_names[0] == NULL) return 0;
-    const char *name;
-    const void *vals[4];
-    size_t sizes[4];
-    for (int k = 0; k < 4; k++) {
-        if (rk.header_get_all(hdrs, n - 4 + (size_t)k, &name, &vals[k], &sizes[k]) != 0)
-            return 0;
-        if (strcmp(name, layout_names[k]) != 0) return 0;
-    }
-    for (int k = 1; k < 4; k++) {
-        if (vals[k] == NULL || sizes[k] == 0) return 0;
-        const char *p = vals[k];
-        for (size_t j = 0; j < sizes[k]; j++)
-            if (p[j] < '0' || p[j] > '9') return 0;
-    }
-    for (size_t j = 0; j + 4 < n; j++) {
-        const void *val;
-        size_t size;
-        if (rk.header_get_all(hdrs, j, &name, &val, &size) != 0) return 0;
-        for (const char *p = name; *p; p++)
-            if ((unsigned char)*p >= 0x80) return 0;
-        for (int k = 0; k < 5; k++)
-            if (strcmp(name, layout_names[k]) == 0) return 0;
-    }
-    if (vals[0] == NULL) return 0;
-    if (sizes[1] > 18) return 0;  /* int() of more digits: interpreted */
-    const char *p = vals[1];
-    int64_t x = 0;
-    for (size_t j = 0; j < sizes[1]; j++) x = x * 10 + (p[j] - '0');
-    *t = x;
-    *ver = vals[0];
-    *ver_len = sizes[0];
-    return 1;
-}
-
-/* on_consume: keep the record if it is in the data layout (see the top of this file) */
+/* on_consume: keep the record if it is in the tagger's data layout
+ * (cutover.headers.data_envelope), with the answers _fastpath.c's recognize() gives over the
+ * converted list: the last four headers are the version, event time, watermark and batch, the
+ * last three's values digits, the version's not null, the event time's at most 18 digits, and
+ * no other header has one of the tagger's names or a name that is not ASCII (Python decodes
+ * names, so the accessors decide those). The headers are copied into the arena as they are
+ * checked, in one pass; a record that is not in the layout gives its bytes back. */
 static int on_consume(rd_kafka_t *client, rd_kafka_message_t *m, void *opaque) {
     (void)client;
     Tap *t = opaque;
-    if (!t->owned || !pthread_equal(t->owner, pthread_self()) || m->err != 0 || m->rkt == NULL)
+    if (!t->owned || !pthread_equal(t->owner, pthread_self()) || m->err != 0 || m->rkt == NULL
+        || layout_names[0] == NULL)
         return 0;
     rd_kafka_headers_t *hdrs;
     if (rk.message_headers(m, &hdrs) != 0) return 0;
-    int64_t et;
-    const char *ver;
-    size_t ver_len;
-    if (!recognize_rk(hdrs, &et, &ver, &ver_len)) return 0;
+    size_t n = rk.header_cnt(hdrs);
+    if (n < 4) return 0;
     int topic = tap_topic(t, m->rkt);
     if (topic < 0 || tap_grow(t) < 0) {
         t->dropped++;
         return 0;
     }
-    size_t n = rk.header_cnt(hdrs), start = t->used, ver_at = 0;
+    size_t start = t->used, ver_at = 0, ver_len = 0;
+    int64_t et = 0;
     for (size_t k = 0; k < n; k++) {
         const char *name;
         const void *val;
         size_t size;
-        if (rk.header_get_all(hdrs, k, &name, &val, &size) != 0) {
-            t->used = start;
-            return 0;
+        if (rk.header_get_all(hdrs, k, &name, &val, &size) != 0) goto not_kept;
+        if (k + 4 < n) {  /* the job's own headers */
+            for (const char *p = name; *p; p++)
+                if ((unsigned char)*p >= 0x80) goto not_kept;
+            for (int j = 0; j < 5; j++)
+                if (strcmp(name, layout_names[j]) == 0) goto not_kept;
+        } else {          /* the envelope */
+            size_t j = k + 4 - n;
+            if (strcmp(name, layout_names[j]) != 0 || val == NULL) goto not_kept;
+            if (j > 0) {
+                const char *p = val;
+                if (size == 0) goto not_kept;
+                for (size_t i = 0; i < size; i++)
+                    if (p[i] < '0' || p[i] > '9') goto not_kept;
+            }
+            if (j == 1) {
+                if (size > 18) goto not_kept;  /* int() of more digits: interpreted */
+                const char *p = val;
+                for (size_t i = 0; i < size; i++) et = et * 10 + (p[i] - '0');
+            }
         }
         size_t nl = strlen(name) + 1;
         if (arena_reserve(t, nl + sizeof(int64_t) + size) < 0) {
-            t->used = start;
             t->dropped++;
-            return 0;
+            goto not_kept;
         }
         char *p = t->arena + t->used;
         memcpy(p, name, nl);
         int64_t sz = val == NULL ? -1 : (int64_t)size;
         memcpy(p + nl, &sz, sizeof sz);
         if (size) memcpy(p + nl + sizeof sz, val, size);
-        if (k == n - 4) ver_at = t->used + nl + sizeof sz;
+        if (k + 4 == n) {
+            ver_at = t->used + nl + sizeof sz;
+            ver_len = size;
+        }
         t->used += nl + sizeof sz + size;
     }
-    (void)ver;
     Entry *e = &t->ents[t->n];
     e->offset = m->offset;
     e->partition = m->partition;
@@ -335,6 +317,9 @@ static int on_consume(rd_kafka_t *client, rd_kafka_message_t *m, void *opaque) {
     e->nhdr = (uint32_t)n;
     table_put(t, t->n++);
     t->recorded++;
+    return 0;
+not_kept:
+    t->used = start;
     return 0;
 }
 

@@ -176,8 +176,9 @@ class DataPath:
         # The data consumer's group metadata as last noted (:meth:`_note_group`).
         self._group: bytes | None = None
         # The per-record path: compiled where it can (router.native.compiled), else interpreted.
+        self._compiled = compiled.enabled()
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
-                        if compiled.enabled() else self._handle_all)
+                        if self._compiled else self._handle_all)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -227,7 +228,8 @@ class DataPath:
         end (router.worker.worker_parts)."""
         txn = (WorkerTransactions(
             self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()},
-            self.worker_id, compiled.tapped_producer) if transactions_on(self.settings) else None)
+            self.worker_id, compiled.tapped_producer if self._compiled else Producer)
+            if transactions_on(self.settings) else None)
         producer = Producer(client_conf(
             self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
                                           "queue.buffering.max.messages": 1_000_000,
@@ -262,7 +264,7 @@ class DataPath:
         conf = data_consumer_conf(self.settings, self.instance_id)
         conf["error_cb"] = self._on_consumer_error
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
-        tap = compiled.client_tap(conf, consumer=True)
+        tap = compiled.client_tap(conf, consumer=True) if self._compiled else None
         consumer = Consumer(conf)
         assignment = self._parts.assignment
 

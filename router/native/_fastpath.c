@@ -1215,16 +1215,17 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
 }
 
 /* Find librdkafka's functions in the library confluent-kafka's extension ``client`` loaded
- * (its version must be ``version``, confluent_kafka.libversion()'s): clients may then load
- * this file as their plugin (router/native/_plugin.h). Returns None, or why not (the
+ * (its version must be ``version``, confluent_kafka.libversion()'s) and check that it loads
+ * ``plugin`` (this file): clients may then load it as their plugin (router/native/_plugin.h). Returns None, or why not (the
  * accessors and Producer.produce are used then). */
 static PyObject *use_plugin(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"client", "version", NULL};
-    const char *client;
+    static char *kwlist[] = {"client", "version", "plugin", NULL};
+    const char *client, *self;
     int version;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "si", kwlist, &client, &version)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sis", kwlist, &client, &version, &self))
+        return NULL;
     if (!configured) return PyUnicode_FromString("configure() was not called");
-    return plugin_refusal(client, version);
+    return plugin_refusal(client, version, self);
 }
 
 static PyObject *py_produced_directly(PyObject *mod, PyObject *unused) {

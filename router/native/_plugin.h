@@ -91,6 +91,9 @@ static struct {
     int (*header_add)(rd_kafka_headers_t *, const char *, ssize_t, const void *, ssize_t);
     void (*headers_destroy)(rd_kafka_headers_t *);
     int (*version)(void);
+    rd_kafka_conf_t *(*conf_new)(void);
+    int (*conf_set)(rd_kafka_conf_t *, const char *, const char *, char *, size_t);
+    void (*conf_destroy)(rd_kafka_conf_t *);
 } rk;
 static const char *const rk_names[] = {
     "rd_kafka_conf_interceptor_add_on_conf_set", "rd_kafka_conf_interceptor_add_on_conf_dup",
@@ -99,7 +102,7 @@ static const char *const rk_names[] = {
     "rd_kafka_message_headers", "rd_kafka_message_timestamp", "rd_kafka_header_cnt",
     "rd_kafka_header_get_all", "rd_kafka_topic_name", "rd_kafka_producev",
     "rd_kafka_headers_new", "rd_kafka_header_add", "rd_kafka_headers_destroy",
-    "rd_kafka_version"};
+    "rd_kafka_version", "rd_kafka_conf_new", "rd_kafka_conf_set", "rd_kafka_conf_destroy"};
 #define RK_N ((int)(sizeof rk_names / sizeof rk_names[0]))
 static int plugin_on = 0;   /* librdkafka's functions found: clients may load the plugin */
 
@@ -425,9 +428,11 @@ __attribute__((visibility("default"))) int conf_init(rd_kafka_conf_t *conf, void
 }
 
 /* Why clients cannot load the plugin, as a str; or None, with librdkafka's functions found
- * in ``client`` (the file of confluent-kafka's extension) and its version the one
- * confluent-kafka reports (``version``); NULL on error. */
-static PyObject *plugin_refusal(const char *client, int version) {
+ * in ``client`` (the file of confluent-kafka's extension), its version the one
+ * confluent-kafka reports (``version``), and a configuration given this file (``self``) as its
+ * plugin and a cutover.tap accepting them (a librdkafka built without plugins refuses);
+ * NULL on error. */
+static PyObject *plugin_refusal(const char *client, int version, const char *self) {
     plugin_on = 0;
     void *h = dlopen(client, RTLD_NOW | RTLD_NOLOAD);
     if (h == NULL) return PyUnicode_FromFormat("%s is not loaded", client);
@@ -444,6 +449,19 @@ static PyObject *plugin_refusal(const char *client, int version) {
         return PyUnicode_FromFormat("librdkafka found is version 0x%x, confluent-kafka reports "
                                     "0x%x", rk.version(), version);
     plugin_on = 1;
+    char errstr[512] = "";
+    rd_kafka_conf_t *conf = rk.conf_new();
+    int res = conf == NULL ? CONF_INVALID
+        : rk.conf_set(conf, "plugin.library.paths", self, errstr, sizeof errstr);
+    if (res == CONF_OK)  /* no tap of that number: the plugin's own refusal */
+        res = rk.conf_set(conf, "cutover.tap", "-1", errstr, sizeof errstr) == CONF_INVALID
+            ? CONF_OK : CONF_UNKNOWN;
+    if (conf != NULL) rk.conf_destroy(conf);
+    if (res != CONF_OK) {
+        plugin_on = 0;
+        return PyUnicode_FromFormat("librdkafka does not load %s as its plugin: %s", self,
+                                    errstr[0] ? errstr : "cutover.tap is unknown to it");
+    }
     Py_RETURN_NONE;
 }
 

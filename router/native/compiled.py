@@ -144,13 +144,13 @@ def tapped_producer(conf: dict[str, Any]) -> Producer:
 
 def _use_plugin() -> str | None:
     """Let clients load the plugin: librdkafka's functions from the library confluent-kafka's
-    extension loaded. None, or why not."""
+    extension loaded, which must load this file as its plugin. None, or why not."""
     assert _fastpath is not None
     client = importlib.import_module("confluent_kafka.cimpl").__file__
     if client is None:
         return "confluent-kafka's extension has no file"
-    reason: str | None = _fastpath.use_plugin(client=client,
-                                              version=libversion()[1])
+    reason: str | None = _fastpath.use_plugin(client=client, version=libversion()[1],
+                                              plugin=PLUGIN_FILE)
     return reason
 
 

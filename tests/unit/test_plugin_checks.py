@@ -22,19 +22,27 @@ def test_a_refused_plugin_says_why() -> None:
     fp = compiled._fastpath
     assert fp is not None and CLIENT is not None
     version = libversion()[1]
+
+    def use(*, client: str, version: int, plugin: str = compiled.PLUGIN_FILE) -> str | None:
+        assert fp is not None
+        reason: str | None = fp.use_plugin(client=client, version=version, plugin=plugin)
+        return reason
+
     try:
-        assert fp.use_plugin(client="/nowhere/cimpl.so", version=version) == \
+        assert use(client="/nowhere/cimpl.so", version=version) == \
             "/nowhere/cimpl.so is not loaded"
-        assert fp.use_plugin(client=fp.__file__, version=version) == \
+        assert use(client=fp.__file__, version=version) == \
             "librdkafka has no rd_kafka_conf_interceptor_add_on_conf_set (as loaded by " \
             f"{fp.__file__})"
-        assert fp.use_plugin(client=CLIENT, version=version + 1) == \
+        assert use(client=CLIENT, version=version + 1) == \
             f"librdkafka found is version {version:#x}, confluent-kafka reports " \
             f"{version + 1:#x}"
+        assert (use(client=CLIENT, version=version, plugin="/nowhere/plugin.so") or "") \
+            .startswith("librdkafka does not load /nowhere/plugin.so as its plugin: ")
         with pytest.raises(RuntimeError, match="the plugin is off"):
             fp.Tap()
     finally:  # on again, for the tests after this one
-        assert fp.use_plugin(client=CLIENT, version=version) is None
+        assert use(client=CLIENT, version=version) is None
     assert compiled.PLUGIN is None, compiled.PLUGIN
 
 

@@ -36,7 +36,8 @@ MATRIX_STAMP := $(JVM_CACHE)/.matrix-fetched-stamp
 # (abspath: JVM_CACHE may be given as an absolute path, e.g. a cache shared between checkouts)
 .PHONY: jvm-matrix test-spark35 test-kafka39
 
-$(SPARK35_STAMP): pyproject.toml setup.py router/native/_fastpath.c
+$(SPARK35_STAMP): pyproject.toml setup.py router/native/_fastpath.c router/native/_blake2b.h \
+  router/native/_plugin.h router/native/_produce.h
 	@test -x $(SPARK35_PY) || $(PYTHON) -m venv $(SPARK35_VENV)
 	@echo "installing cutover with pyspark $(SPARK35) into $(SPARK35_VENV) ..."
 	@$(SPARK35_PY) -m pip install -q --disable-pip-version-check --upgrade pip
@@ -66,12 +67,15 @@ SPARK35_TESTS := tests/spark/test_tagging_writer.py tests/spark/test_event_time.
   tests/spark/test_kill_restart.py tests/spark/test_update_mode_router.py \
   tests/spark/test_router_blue_green.py tests/spark/test_foreach_batch_router.py
 # transactions, fencing, read-back after a crash, kill -9 and rebalances, static membership,
-# the switch, the conformance grid's CI cells; and the compiled path's direct reads of the
-# lowest client's records
+# the switch, the conformance grid's CI cells; and the compiled path on the lowest client:
+# against the interpreted one, and its librdkafka plugin (records kept by its interceptor,
+# forwards produced on the handle it was given)
 KAFKA39_TESTS := tests/integration/test_router_transactions.py \
   tests/integration/test_router_fencing.py tests/integration/test_router_switch.py \
   tests/integration/test_router_failures.py tests/integration/test_router_static_membership.py \
-  tests/conformance/test_conformance.py::test_ci_cell tests/unit/test_compiled_path.py
+  tests/conformance/test_conformance.py::test_ci_cell tests/unit/test_compiled_path.py \
+  tests/unit/test_plugin_checks.py tests/integration/test_direct_reads.py \
+  tests/integration/test_direct_produce.py
 
 test-spark35: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 	CUTOVER_SPARK_KAFKA_JARS=$(JVM_DIR)/spark-kafka-3.5 \
@@ -81,7 +85,7 @@ test-kafka39: $(SPARK35_STAMP) $(JVM_STAMP) $(MATRIX_STAMP)
 	CUTOVER_KAFKA_LIBS=$(JVM_DIR)/kafka-3.9 $(SPARK35_PY) -m pytest $(KAFKA39_TESTS)
 
 $(STAMP): pyproject.toml setup.py router/native/_fastpath.c router/native/_blake2b.h \
-  router/native/_message.h router/native/_produce.h
+  router/native/_plugin.h router/native/_produce.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cutover needs Python 3.11+; set PYTHON=python3.11")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cutover and its dependencies into $(VENV) ..."

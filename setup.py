@@ -11,6 +11,6 @@ setup(packages=[*find_packages(include=["cutover*", "router*", "spark_tagger*"])
                 "cutover.demo_jobs"],
       package_dir={"cutover.demo_jobs": "examples/jobs"},
       ext_modules=[Extension("router.native._fastpath", ["router/native/_fastpath.c"],
-                             depends=["router/native/_blake2b.h", "router/native/_message.h",
+                             depends=["router/native/_blake2b.h", "router/native/_plugin.h",
                                       "router/native/_produce.h"],
                              extra_compile_args=["-O2", "-std=gnu11"], optional=True)])

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
@@ -142,10 +142,13 @@ class WorkerTransactions:
     """The transactional producers of one worker, and which partition writes through which."""
 
     def __init__(self, settings: RouterSettings, record_limits: dict[str, int],
-                 worker_id: str) -> None:
+                 worker_id: str, new_producer: Callable[[dict[str, Any]], Producer] = Producer
+                 ) -> None:
         """``record_limits``: route -> the largest record its producers take
-        (router.rule.oversize)."""
+        (router.rule.oversize); ``new_producer``: makes a slot's producer from its settings
+        (the worker's lets the compiled path produce into it: router.native.compiled)."""
         self.settings = settings
+        self.new_producer = new_producer
         self.worker_id = worker_id
         self.record_limit = min(record_limits.values(), default=DEFAULT_LIMIT)
         self.slots: dict[int, Slot] = {}
@@ -198,12 +201,12 @@ class WorkerTransactions:
     def _start(self, index: int) -> tuple[Producer, Exception | None]:
         """One slot's transactional producer, initialised; or the error that refused it."""
         tid = transactional_id(self.settings.group_id, self.worker_id, index)
-        producer = Producer(client_conf(
-            self.settings, "producer",
-            **{"transactional.id": tid,
-               "linger.ms": LINGER_MS, "batch.num.messages": 10000,
-               "queue.buffering.max.messages": 1_000_000, "acks": "all",
-               **size_conf(self.record_limit)}))
+        conf = client_conf(self.settings, "producer",
+                           **{"transactional.id": tid,
+                              "linger.ms": LINGER_MS, "batch.num.messages": 10000,
+                              "queue.buffering.max.messages": 1_000_000, "acks": "all",
+                              **size_conf(self.record_limit)})
+        producer = self.new_producer(conf)
         try:
             producer.init_transactions(INIT_TIMEOUT_S)
         except KafkaException as exc:

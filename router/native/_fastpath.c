@@ -13,9 +13,11 @@
  * computed. The caller (router.native.compiled) decides that record interpreted and starts the next
  * run after it. The rule therefore has one definition, the Python one; this file is a faster
  * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
- * records (generated) and compares every output and every piece of state. Consumed records are
- * read directly where their layout was checked (router/native/_message.h); tests/integration/
- * test_direct_reads.py compares those reads with the accessors on records from a broker.
+ * records (generated) and compares every output and every piece of state. Consumed Messages are
+ * read through their public accessors; where librdkafka's on_consume interceptor kept the
+ * record (router/native/_plugin.h), its headers, event time, version and timestamp are taken
+ * from that entry instead of converted (tests/integration/test_direct_reads.py compares those
+ * with the accessors on records from a broker).
  *
  * With a per-key canary in the timeline a record's primary depends on its key: the run reads
  * the key's bucket (cutover.key_bucket: BLAKE2b-64 of the key bytes, big-endian, mod 10,000,
@@ -28,7 +30,7 @@
 #include <string.h>
 
 #include "_blake2b.h"
-#include "_message.h"
+#include "_plugin.h"
 #include "_produce.h"
 
 #define MASK_COUNT 4096
@@ -55,6 +57,92 @@ static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_time
     *s_dirty, *s_undelivered, *s_out_pos, *s_queued, *s_live_flag, *s_held, *s_producer,
     *s_key_rules, *s_canary, *s_buckets, *int_zero;
 
+/* The versions read from kept headers in one scan: raw value -> str (a partition's records
+ * carry one or two versions). */
+#define VERSION_CACHE 4
+typedef struct {
+    PyObject *raw[VERSION_CACHE], *ver[VERSION_CACHE];
+    int n;
+} VersionCache;
+
+static void version_cache_clear(VersionCache *c) {
+    for (int k = 0; k < c->n; k++) {
+        Py_CLEAR(c->raw[k]);
+        Py_CLEAR(c->ver[k]);
+    }
+    c->n = 0;
+}
+
+/* The version str of a raw version value (borrowed), from the cache, else from ``known``
+ * (cutover.headers.KNOWN_VERSIONS: bytes -> str); NULL when unknown or on error. */
+static PyObject *version_of(VersionCache *c, PyObject *known, const char *raw, size_t size) {
+    for (int k = 0; k < c->n; k++) {
+        PyObject *b = c->raw[k];
+        if ((size_t)PyBytes_GET_SIZE(b) == size && memcmp(PyBytes_AS_STRING(b), raw, size) == 0)
+            return c->ver[k];
+    }
+    PyObject *b = PyBytes_FromStringAndSize(raw, (Py_ssize_t)size);
+    if (b == NULL) return NULL;
+    PyObject *v = PyDict_GetItemWithError(known, b);
+    if (v == NULL || c->n == VERSION_CACHE) {
+        Py_DECREF(b);
+        return v;  /* borrowed: known keeps it */
+    }
+    Py_INCREF(v);
+    c->raw[c->n] = b;
+    c->ver[c->n++] = v;
+    return v;
+}
+
+/* A client's tap (router/native/_plugin.h): a slot of the table there, which this object
+ * holds one reference to */
+typedef struct {
+    PyObject_HEAD
+    int slot;
+    unsigned gen;
+} TapObject;
+
+static PyTypeObject TapType;
+
+/* ``obj``'s tap if it may be read in this thread now: the tap's owner is this thread (it
+ * called begin() last, and consume() since), and it kept some entries; else NULL */
+static Tap *tap_entries_here(PyObject *obj) {
+    if (obj == NULL || Py_TYPE(obj) != &TapType) return NULL;
+    Tap *t = &taps[((TapObject *)obj)->slot];
+    if (!t->owned || t->n == 0 || !pthread_equal(t->owner, pthread_self())) return NULL;
+    return t;
+}
+
+/* The index of topic ``name`` among the tap's topics, or -1 */
+static int tap_topic_named(const Tap *t, const char *name) {
+    for (int k = 0; k < t->ntopics; k++)
+        if (strcmp(t->topics[k], name) == 0) return k;
+    return -1;
+}
+
+/* The entry on_consume kept of (topic, partition, offset), or NULL. Messages come in the
+ * order their records were consumed, so the entry after the last one found is tried first;
+ * else the table (an entry may have no Message, a Message no entry). */
+static const Entry *tap_find(Tap *t, int topic, int32_t partition, int64_t offset) {
+    if (t->next < t->n) {
+        const Entry *e = &t->ents[t->next];
+        if (e->offset == offset && e->partition == partition && e->topic == (uint32_t)topic) {
+            t->next++;
+            return e;
+        }
+    }
+    size_t h = entry_hash((uint32_t)topic, partition, offset) & t->tmask;
+    for (;; h = (h + 1) & t->tmask) {
+        uint32_t cur = t->table[h];
+        if (cur == 0) return NULL;
+        const Entry *e = &t->ents[cur - 1];
+        if (e->offset == offset && e->partition == partition && e->topic == (uint32_t)topic) {
+            t->next = cur;
+            return e;
+        }
+    }
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *router;      /* router.rule.decision.PartitionRouter */
@@ -66,6 +154,7 @@ typedef struct {
     PyObject *output;      /* the output topic (str) */
     PyObject *stream;      /* router.durability.inline_output.InlineStream or None */
     PyObject *queue;       /* the batch's OutputWriter.queue (list) */
+    PyObject *reads;       /* the data consumer's Tap (router/native/_plugin.h), or None */
     PyObject *partition_obj;
     long partition;
     char src_prefix[320];  /* "topic:partition:" */
@@ -100,15 +189,19 @@ typedef struct {
     Py_ssize_t nfwd, nsent;
     int64_t first_sent;
     PyObject *sup_version;  /* borrowed from known_versions (kept alive by it) */
-    VersionCache versions;  /* read directly from librdkafka's headers in this scan */
+    VersionCache versions;  /* read from kept headers in this scan */
     Py_ssize_t sup_count;
     int stream_mode;
     PyObject *producer;
     PyObject *held;         /* the stream's held-back forward (new ref) or NULL */
-    CKHandle *handle;       /* the producer's handle, when forwards are produced directly */
+    Tap *rt;                /* the consumer's tap, when its entries may be read here ... */
+    int rtopic;             /* ... and the raw topic's index among its topics */
+    Tap *ptap;              /* the producer's tap, when forwards are produced directly */
     const char *out_name;   /* the output topic in UTF-8, then */
-    PyObject *held_msg;     /* or the held-back forward's consumed Message (new ref) ... */
-    int64_t held_off;       /* ... and its offset */
+    PyObject *held_msg;     /* or the held-back forward's consumed Message (new ref), */
+    const Entry *held_entry;  /* its entry, */
+    PyObject *held_key, *held_value;  /* its key and value (new refs) */
+    int64_t held_off;       /* and its offset */
 } Scan;
 
 static PyObject *call0(PyObject *obj, PyObject *name) {
@@ -122,8 +215,6 @@ static PyObject *message_type;
 static PyObject *accessor[M_N];
 static PyObject **accessor_name[M_N] = {&s_error, &s_topic, &s_partition, &s_offset,
                                         &s_headers, &s_timestamp, &s_key, &s_value};
-
-static int direct = 0;  /* consumed Messages read as CKMessage (_message.h) */
 
 static PyObject *msg_get(PyObject *msg, int which) {
     if ((PyObject *)Py_TYPE(msg) == message_type && accessor[which] != NULL)
@@ -166,6 +257,8 @@ static void scan_release(Scan *s) {
     Py_CLEAR(s->producer);
     Py_CLEAR(s->held);
     Py_CLEAR(s->held_msg);
+    Py_CLEAR(s->held_key);
+    Py_CLEAR(s->held_value);
 }
 
 /* The segments' canaries, when the timeline has one (PartitionRouter.key_rules is then a tuple
@@ -337,10 +430,19 @@ static int scan_load(RunObject *self, Scan *s) {
             Py_DECREF(v);
         else
             s->held = v;
-        s->handle = direct_handle(s->producer);
-        if (s->handle != NULL && (s->out_name = PyUnicode_AsUTF8(self->output)) == NULL)
+        s->ptap = producer_tap(s->producer);
+        if (s->ptap != NULL && (s->out_name = PyUnicode_AsUTF8(self->output)) == NULL)
             return -1;
     }
+    /* the records on_consume kept, read in the thread that consumed them (_plugin.h) */
+    s->rt = tap_entries_here(self->reads);
+    if (s->rt != NULL) {
+        const char *tname = PyUnicode_AsUTF8(self->topic);
+        if (tname == NULL) return -1;
+        s->rtopic = tap_topic_named(s->rt, tname);
+        if (s->rtopic < 0) s->rt = NULL;
+    }
+    if (s->rt == NULL) s->ptap = NULL;  /* forwards held as kept entries only */
     return 1;
 }
 
@@ -677,17 +779,25 @@ static int send(RunObject *self, Scan *s, PyObject *headers, PyObject *key, PyOb
     return rc < 0 ? -1 : 0;
 }
 
-/* Produce the forward held as a consumed Message (router/native/_produce.h), before the stream
- * holds ``msg`` at ``off``; where it cannot be produced directly, through Producer.produce
- * (produce_held). 0 produced, 1 the stream stopped, -1 error */
+static void clear_held_msg(Scan *s) {
+    Py_CLEAR(s->held_msg);
+    Py_CLEAR(s->held_key);
+    Py_CLEAR(s->held_value);
+    s->held_entry = NULL;
+}
+
+/* Produce the forward held as a consumed Message and its kept entry (router/native/_produce.h),
+ * before the stream holds ``msg`` at ``off``; where it cannot be produced directly, through
+ * Producer.produce (produce_held). 0 produced, 1 the stream stopped, -1 error */
 static int release_held_msg(RunObject *self, Scan *s, PyObject *msg, int64_t off) {
     char src[352];
     Py_ssize_t n = src_into(self, s->held_off, src);
     for (;;) {
-        int err = produce_direct(s->handle, s->out_name, (int32_t)self->partition,
-                                 (CKMessage *)s->held_msg, c_src, src, (size_t)n);
+        int err = produce_direct(s->ptap, s->out_name, (int32_t)self->partition, s->rt,
+                                 s->held_entry, s->held_key, s->held_value, c_src, src,
+                                 (size_t)n);
         if (err == 0) {
-            Py_CLEAR(s->held_msg);
+            clear_held_msg(s);
             return 0;
         }
         if (err == ERR_QUEUE_FULL) {  /* as Producer.produce's BufferError */
@@ -700,17 +810,18 @@ static int release_held_msg(RunObject *self, Scan *s, PyObject *msg, int64_t off
         /* any other error: Producer.produce meets it again and names it */
         PyObject *old = output_of_msg(self, s->held_msg, s->held_off);
         if (old == NULL) return -1;
-        Py_CLEAR(s->held_msg);
+        clear_held_msg(s);
         int rc = produce_held(self, s, old, NULL, msg, off);
         Py_DECREF(old);
         return rc;
     }
 }
 
-/* send() for a record read directly, whose producer takes forwards directly: held as its
- * consumed Message, produced when the next forward comes (or queued as an Output when the
- * run ends: scan_store) */
-static int send_direct(RunObject *self, Scan *s, PyObject *msg, int64_t off) {
+/* send() for a record on_consume kept (``e``), whose producer takes forwards directly: held as
+ * its consumed Message and entry, produced when the next forward comes (or queued as an Output
+ * when the run ends: scan_store) */
+static int send_direct(RunObject *self, Scan *s, PyObject *msg, const Entry *e, PyObject *key,
+                       PyObject *value, int64_t off) {
     if (s->nsent == 0) s->first_sent = off;
     s->nsent++;
     int rc = 0;
@@ -725,6 +836,11 @@ static int send_direct(RunObject *self, Scan *s, PyObject *msg, int64_t off) {
     if (rc != 0) return rc < 0 ? -1 : 0;  /* stopped: this forward is queued already */
     Py_INCREF(msg);
     s->held_msg = msg;
+    Py_INCREF(key);
+    s->held_key = key;
+    Py_INCREF(value);
+    s->held_value = value;
+    s->held_entry = e;
     s->held_off = off;
     return 0;
 }
@@ -760,45 +876,41 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject *msg = PyList_GET_ITEM(msgs, i);
         PyObject *version;
         int64_t t, off, written;
-        if (direct && Py_TYPE(msg) == (PyTypeObject *)message_type) {
-            CKMessage *m = (CKMessage *)msg;
-            if (m->error != NULL && m->error != Py_None) break;
-            if (m->topic == NULL || !same_str(m->topic, self->topic)) break;
-            if (m->partition != self->partition || m->offset < 0) break;
-            off = m->offset;
-            if (m->headers != NULL) {  /* converted already: as through the accessors */
-                if (!recognize(m->headers, &version, &t)) break;
-                headers = m->headers;
-                Py_INCREF(headers);
-            } else {
-                if (!recognize_c(&s.versions, known_versions, c_names, m->c_headers, &version,
-                                 &t))
-                    break;
+        const Entry *e = NULL;
+        r = msg_get(msg, M_ERROR);
+        if (r == NULL) goto error;
+        int err = r != Py_None;
+        Py_CLEAR(r);
+        if (err) break;
+        r = msg_get(msg, M_TOPIC);
+        if (r == NULL) goto error;
+        int same = same_str(r, self->topic);
+        Py_CLEAR(r);
+        if (!same) break;
+        r = msg_get(msg, M_PARTITION);
+        if (r == NULL) goto error;
+        long p = PyLong_AsLong(r);
+        Py_CLEAR(r);
+        if (p == -1 && PyErr_Occurred()) goto error;
+        if (p != self->partition) break;
+        r = msg_get(msg, M_OFFSET);
+        if (r == NULL) goto error;
+        off = PyLong_AsLongLong(r);
+        Py_CLEAR(r);
+        if (off == -1 && PyErr_Occurred()) goto error;
+        if (off < 0) break;  /* src_of() writes offsets >= 0 */
+        if (s.rt != NULL && (e = tap_find(s.rt, s.rtopic, (int32_t)p, off)) != NULL) {
+            /* kept by on_consume (the data layout): its headers are not converted */
+            version = version_of(&s.versions, known_versions, s.rt->arena + e->ver_at,
+                                 e->ver_len);
+            if (version == NULL) {
+                PyErr_Clear();  /* unknown, or a lookup error: not recognized, as recognize() */
+                break;
             }
-            written = m->timestamp;
+            t = e->t;
+            written = e->timestamp;
+            s.rt->read++;
         } else {
-            r = msg_get(msg, M_ERROR);
-            if (r == NULL) goto error;
-            int err = r != Py_None;
-            Py_CLEAR(r);
-            if (err) break;
-            r = msg_get(msg, M_TOPIC);
-            if (r == NULL) goto error;
-            int same = same_str(r, self->topic);
-            Py_CLEAR(r);
-            if (!same) break;
-            r = msg_get(msg, M_PARTITION);
-            if (r == NULL) goto error;
-            long p = PyLong_AsLong(r);
-            Py_CLEAR(r);
-            if (p == -1 && PyErr_Occurred()) goto error;
-            if (p != self->partition) break;
-            r = msg_get(msg, M_OFFSET);
-            if (r == NULL) goto error;
-            off = PyLong_AsLongLong(r);
-            Py_CLEAR(r);
-            if (off == -1 && PyErr_Occurred()) goto error;
-            if (off < 0) break;  /* src_of() writes offsets >= 0 */
             headers = msg_get(msg, M_HEADERS);
             if (headers == NULL) goto error;
             if (!recognize(headers, &version, &t)) break;
@@ -827,15 +939,10 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject *prim = PyTuple_GET_ITEM(s.prims, seg);
         if (s.rules != NULL && s.cbuckets[seg] > 0) {
             /* a canary: the primary of the record's key (cutover.key_primary.KeyRule.owner) */
-            PyObject *k;
-            if (direct && Py_TYPE(msg) == (PyTypeObject *)message_type) {
-                k = ((CKMessage *)msg)->key;  /* borrowed */
-            } else {
-                key = msg_get(msg, M_KEY);
-                if (key == NULL) goto error;
-                k = key;
-            }
-            if (k != NULL && k != Py_None) {  /* a record without a key follows the primary */
+            key = msg_get(msg, M_KEY);
+            if (key == NULL) goto error;
+            PyObject *k = key;
+            if (k != Py_None) {  /* a record without a key follows the primary */
                 if (!PyBytes_CheckExact(k)) break;
                 if (key_bucket(PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k)) < s.cbuckets[seg])
                     prim = s.canary[seg];
@@ -914,10 +1021,10 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
             Py_DECREF(ref);
             if (in_skip < 0) goto error;
         }
-        if (!in_skip && headers == NULL && s.handle != NULL && s.stream_mode) {
-            if (send_direct(self, &s, msg, off) < 0) goto error;  /* read directly so far */
+        if (!in_skip && e != NULL && s.ptap != NULL && s.stream_mode) {
+            if (send_direct(self, &s, msg, e, key, value, off) < 0) goto error;
         } else if (!in_skip) {
-            if (headers == NULL) {  /* read directly so far: the output needs them */
+            if (headers == NULL) {  /* kept by on_consume: the output needs them converted */
                 headers = msg_get(msg, M_HEADERS);
                 if (headers == NULL) goto error;
             }
@@ -941,7 +1048,7 @@ done:
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         s.held = output_of_msg(self, s.held_msg, s.held_off);
-        Py_CLEAR(s.held_msg);
+        clear_held_msg(&s);
         if (s.held == NULL) failed = 1;
         if (et != NULL) {
             PyErr_Clear();
@@ -956,13 +1063,18 @@ done:
 
 static int Run_init(RunObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"router", "store", "durability", "bound", "identity", "topic",
-                             "partition", "output", "stream", "queue", NULL};
+                             "partition", "output", "stream", "queue", "reads", NULL};
     PyObject *router, *store, *dur, *bound, *identity, *topic, *output, *stream, *queue;
+    PyObject *reads = Py_None;
     long partition;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOUlUOO!", kwlist, &router, &store, &dur,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOUlUOO!|O", kwlist, &router, &store, &dur,
                                      &bound, &identity, &topic, &partition, &output, &stream,
-                                     &PyList_Type, &queue))
+                                     &PyList_Type, &queue, &reads))
         return -1;
+    if (reads != Py_None && Py_TYPE(reads) != &TapType) {
+        PyErr_SetString(PyExc_TypeError, "reads must be a Tap or None");
+        return -1;
+    }
     Py_ssize_t tlen;
     const char *tname = PyUnicode_AsUTF8AndSize(topic, &tlen);
     if (tname == NULL) return -1;
@@ -983,6 +1095,7 @@ static int Run_init(RunObject *self, PyObject *args, PyObject *kw) {
     SETREF(output, output);
     SETREF(stream, stream);
     SETREF(queue, queue);
+    SETREF(reads, reads);
 #undef SETREF
     Py_XSETREF(self->partition_obj, PyLong_FromLong(partition));
     return self->partition_obj == NULL ? -1 : 0;
@@ -996,6 +1109,7 @@ static int Run_traverse(RunObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->identity);
     Py_VISIT(self->stream);
     Py_VISIT(self->queue);
+    Py_VISIT(self->reads);
     return 0;
 }
 
@@ -1009,6 +1123,7 @@ static int Run_clear(RunObject *self) {
     Py_CLEAR(self->output);
     Py_CLEAR(self->stream);
     Py_CLEAR(self->queue);
+    Py_CLEAR(self->reads);
     Py_CLEAR(self->partition_obj);
     return 0;
 }
@@ -1094,76 +1209,181 @@ static PyObject *configure(PyObject *mod, PyObject *args, PyObject *kw) {
     for (int k = 0; k < 5; k++)
         if ((c_names[k] = PyUnicode_AsUTF8(cn[k])) == NULL) return NULL;
     if ((c_src = PyUnicode_AsUTF8(h_src)) == NULL) return NULL;
-    direct = 0;  /* until use_direct_reads() checks the layout again */
-    direct_produce = 0;
+    for (int k = 0; k < 5; k++) layout_names[k] = c_names[k];  /* kept alive: interned above */
     configured = 1;
     Py_RETURN_NONE;
 }
 
-/* Check confluent_kafka.Message's layout on ``sample`` (a Message constructed with the other
- * arguments) and find librdkafka's header functions in ``rdkafka`` (the library the client
- * loaded); turn direct reads on. Returns None, or why not (the accessors are used then). */
-static PyObject *use_direct_reads(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"sample", "topic", "partition", "offset", "timestamp", "headers",
-                             "rdkafka", NULL};
-    PyObject *sample, *topic, *hlist, *lib;
-    int partition;
-    long long offset, timestamp;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OUiLLOO", kwlist, &sample, &topic, &partition,
-                                     &offset, &timestamp, &hlist, &lib))
+/* Find librdkafka's functions in the library confluent-kafka's extension ``client`` loaded
+ * (its version must be ``version``, confluent_kafka.libversion()'s) and check that it loads
+ * ``plugin`` (this file): clients may then load it as their plugin (router/native/_plugin.h). Returns None, or why not (the
+ * accessors and Producer.produce are used then). */
+static PyObject *use_plugin(PyObject *mod, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"client", "version", "plugin", NULL};
+    const char *client, *self;
+    int version;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sis", kwlist, &client, &version, &self))
         return NULL;
-    direct = 0;
-    if (!configured || message_type == NULL)
-        return PyUnicode_FromString("configure() was not called");
-    PyObject *refusal = message_refusal((PyTypeObject *)message_type, sample, topic, partition,
-                                        offset, timestamp, hlist, lib);
-    direct = refusal == Py_None;
-    return refusal;
-}
-
-/* Check confluent_kafka.Producer's layout (``producer_type``) and find librdkafka's produce
- * functions in ``rdkafka``; turn direct produce on (it needs direct reads). Returns None, or
- * why not (forwards go through Producer.produce then). */
-static PyObject *use_direct_produce(PyObject *mod, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"producer_type", "rdkafka", NULL};
-    PyObject *pt, *lib;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O", kwlist, &PyType_Type, &pt, &lib))
-        return NULL;
-    direct_produce = 0;
-    if (!direct) return PyUnicode_FromString("consumed records are not read directly");
-    PyObject *refusal = producer_refusal((PyTypeObject *)pt, lib);
-    if (refusal == Py_None) {
-        Py_INCREF(pt);
-        Py_XSETREF(producer_type, (PyTypeObject *)pt);
-        direct_produce = 1;
-    }
-    return refusal;
+    if (!configured) return PyUnicode_FromString("configure() was not called");
+    return plugin_refusal(client, version, self);
 }
 
 static PyObject *py_produced_directly(PyObject *mod, PyObject *unused) {
     return PyLong_FromUnsignedLongLong(produced_directly);
 }
 
+/* envelope(tap, topic, partition, offset): what on_consume kept of that record, for tests */
 static PyObject *py_envelope(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 1 || !direct || Py_TYPE(args[0]) != (PyTypeObject *)message_type
-        || ((CKMessage *)args[0])->headers != NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "envelope(msg): a consumed Message whose headers() was not called, "
-                        "with direct reads on");
+    long long offset;
+    int partition;
+    if (nargs != 4 || Py_TYPE(args[0]) != &TapType || !PyUnicode_Check(args[1])
+        || (partition = PyLong_AsLong(args[2]), PyErr_Occurred())
+        || (offset = PyLong_AsLongLong(args[3]), PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "envelope(tap, topic, partition, offset)");
         return NULL;
     }
-    CKMessage *m = (CKMessage *)args[0];
-    VersionCache versions = {0};
+    Tap *t = tap_entries_here(args[0]);
+    const char *name = PyUnicode_AsUTF8(args[1]);
+    if (name == NULL) return NULL;
+    int topic = t == NULL ? -1 : tap_topic_named(t, name);
+    const Entry *e = topic < 0 ? NULL : tap_find(t, topic, partition, offset);
+    if (e == NULL) Py_RETURN_NONE;
     PyObject *version;
-    int64_t t;
-    int rc = recognize_c(&versions, known_versions, c_names, m->c_headers, &version, &t);
-    PyObject *out = rc == 0 ? Py_BuildValue("(OLiL)", Py_None, (long long)m->offset, (int)m->partition,
-                                  (long long)m->timestamp)
-        : Py_BuildValue("((OL)LiL)", version, (long long)t, (long long)m->offset,
-                        (int)m->partition, (long long)m->timestamp);
-    version_cache_clear(&versions);
-    return out;
+    PyObject *raw = PyBytes_FromStringAndSize(t->arena + e->ver_at, e->ver_len);
+    if (raw == NULL) return NULL;
+    version = PyDict_GetItemWithError(known_versions, raw);
+    Py_DECREF(raw);
+    if (version == NULL && PyErr_Occurred()) return NULL;
+    PyObject *hdrs = PyList_New(0);
+    if (hdrs == NULL) return NULL;
+    const char *p = t->arena + e->hdr_at, *end = p + e->hdr_len;
+    while (p < end) {
+        size_t nl = strlen(p) + 1;
+        int64_t size;
+        memcpy(&size, p + nl, sizeof size);
+        const char *val = p + nl + sizeof size;
+        PyObject *h = size < 0 ? Py_BuildValue("(sO)", p, Py_None)
+                               : Py_BuildValue("(sy#)", p, val, (Py_ssize_t)size);
+        if (h == NULL || PyList_Append(hdrs, h) < 0) {
+            Py_XDECREF(h);
+            Py_DECREF(hdrs);
+            return NULL;
+        }
+        Py_DECREF(h);
+        p = val + (size < 0 ? 0 : size);
+    }
+    return Py_BuildValue("(OLLN)", version ? version : Py_None, (long long)e->t,
+                         (long long)e->timestamp, hdrs);
 }
+
+/* -- Tap: a client's slot in _plugin.h's table, seen from Python ------------------------- */
+
+static PyObject *Tap_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"consumer", NULL};
+    int consumer = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &consumer)) return NULL;
+    if (!plugin_on) {
+        PyErr_SetString(PyExc_RuntimeError, "the plugin is off (use_plugin)");
+        return NULL;
+    }
+    int slot = -1;
+    for (int k = 0; k < TAP_MAX && slot < 0; k++) {
+        int idle = 0;
+        if (__atomic_compare_exchange_n(&taps[k].busy, &idle, 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            slot = k;
+    }
+    if (slot < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "too many clients with a tap at once");
+        return NULL;
+    }
+    Tap *t = &taps[slot];
+    TapObject *self = (TapObject *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    t->gen++;
+    t->rk = NULL;
+    t->client = NULL;
+    t->consumer = consumer;
+    t->owned = 0;
+    t->n = t->used = t->next = 0;
+    t->recorded = t->dropped = t->read = 0;
+    __atomic_store_n(&t->refs, 1, __ATOMIC_RELEASE);
+    self->slot = slot;
+    self->gen = t->gen;
+    return (PyObject *)self;
+}
+
+static void Tap_dealloc(TapObject *self) {
+    Tap *t = &taps[self->slot];
+    t->owned = 0;  /* nothing recorded any more, in any thread */
+    tap_release(t);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Tap_begin(TapObject *self, PyObject *unused) {
+    Tap *t = &taps[self->slot];
+    if (t->n) memset(t->table, 0, (t->tmask + 1) * sizeof(uint32_t));
+    t->n = 0;
+    t->next = 0;
+    t->used = 0;
+    t->owner = pthread_self();
+    t->owned = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tap_bind(TapObject *self, PyObject *client) {
+    Tap *t = &taps[self->slot];
+    if (t->rk == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the tap's client was not created with it");
+        return NULL;
+    }
+    t->client = client;  /* no reference: cleared by on_destroy, before the client is freed */
+    Py_RETURN_NONE;
+}
+
+static PyObject *Tap_token(TapObject *self, void *unused) {
+    return PyUnicode_FromFormat("%d.%u", self->slot, self->gen);
+}
+
+static PyObject *Tap_attached(TapObject *self, void *unused) {
+    return PyBool_FromLong(taps[self->slot].rk != NULL);
+}
+
+static PyObject *Tap_counts(TapObject *self, void *unused) {
+    Tap *t = &taps[self->slot];
+    return Py_BuildValue("{sKsKsK}", "recorded", t->recorded, "dropped", t->dropped, "read",
+                         t->read);
+}
+
+static PyMethodDef Tap_methods[] = {
+    {"begin", (PyCFunction)Tap_begin, METH_NOARGS,
+     "Before a consume(): forget the records kept so far; keep those consumed in this thread."},
+    {"bind", (PyCFunction)Tap_bind, METH_O,
+     "The client created with this tap (its records are then produced directly)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Tap_getset[] = {
+    {"token", (getter)Tap_token, NULL, "the value of the client's cutover.tap property", NULL},
+    {"attached", (getter)Tap_attached, NULL, "a client was created with it and is alive", NULL},
+    {"counts", (getter)Tap_counts, NULL,
+     "records kept by on_consume, not kept (over the bounds), read by compiled runs", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject TapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "router.native._fastpath.Tap",
+    .tp_basicsize = sizeof(TapObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A client's view through librdkafka's interceptors (router/native/_plugin.h).",
+    .tp_new = Tap_new,
+    .tp_dealloc = (destructor)Tap_dealloc,
+    .tp_methods = Tap_methods,
+    .tp_getset = Tap_getset,
+};
 
 static PyObject *py_record_identity(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
@@ -1193,16 +1413,12 @@ static PyMethodDef module_methods[] = {
     {"record_identity", (PyCFunction)(void (*)(void))py_record_identity, METH_FASTCALL,
      "router.rule.identity.record_identity, in C"},
     {"key_bucket", py_key_bucket, METH_O, "cutover.key_bucket.key_bucket, in C"},
-    {"use_direct_reads", (PyCFunction)(void (*)(void))use_direct_reads,
-     METH_VARARGS | METH_KEYWORDS,
-     "Read consumed Messages' fields and headers directly, if their layout is the expected."},
-    {"use_direct_produce", (PyCFunction)(void (*)(void))use_direct_produce,
-     METH_VARARGS | METH_KEYWORDS,
-     "Produce forwards straight into librdkafka, if the Producer's layout is the expected."},
+    {"use_plugin", (PyCFunction)(void (*)(void))use_plugin, METH_VARARGS | METH_KEYWORDS,
+     "Find librdkafka's functions, so that clients may load this file as their plugin."},
     {"produced_directly", py_produced_directly, METH_NOARGS,
      "How many forwards this process produced directly (tests)."},
     {"envelope", (PyCFunction)(void (*)(void))py_envelope, METH_FASTCALL,
-     "((version, event time) or None, offset, partition, timestamp) read directly (tests)."},
+     "(version, event time, timestamp, headers) kept of a consumed record, or None (tests)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_fastpath",
@@ -1236,12 +1452,18 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     int_zero = PyLong_FromLong(0);
     poll_timeout = PyFloat_FromDouble(0.05);
     if (int_zero == NULL || poll_timeout == NULL) return NULL;
-    if (PyType_Ready(&RunType) < 0) return NULL;
+    if (PyType_Ready(&RunType) < 0 || PyType_Ready(&TapType) < 0) return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (m == NULL) return NULL;
     Py_INCREF(&RunType);
     if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0) {
         Py_DECREF(&RunType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&TapType);
+    if (PyModule_AddObject(m, "Tap", (PyObject *)&TapType) < 0) {
+        Py_DECREF(&TapType);
         Py_DECREF(m);
         return NULL;
     }

@@ -91,17 +91,27 @@ def configure(*, known_versions: dict[bytes, str], masks: list[int], mask_shift:
               version: str, event_time: str,
               watermark: str, batch: str, kind: str, src: str) -> None: ...
 
-def use_direct_reads(*, sample: Message, topic: str, partition: int, offset: int,
-                     timestamp: int, headers: list[tuple[str, bytes]],
-                     rdkafka: str | None) -> str | None: ...
-
-def use_direct_produce(*, producer_type: type[Producer], rdkafka: str | None) -> str | None: ...
+def use_plugin(*, client: str, version: int, plugin: str) -> str | None: ...
 
 def produced_directly() -> int:
     """How many forwards this process produced straight into librdkafka."""
 
-def envelope(msg: Message, /) -> tuple[tuple[str, int] | None, int, int, int]:
-    """((version, event time) or None, offset, partition, timestamp), read directly."""
+class Tap:
+    """A client's view through librdkafka's interceptors (router/native/_plugin.h)."""
+    def __init__(self, *, consumer: bool = False) -> None: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def attached(self) -> bool: ...
+    @property
+    def counts(self) -> dict[str, int]:
+        """recorded / dropped by on_consume, read by compiled runs."""
+    def begin(self) -> None: ...
+    def bind(self, client: object, /) -> None: ...
+
+def envelope(tap: Tap, topic: str, partition: int, offset: int, /
+             ) -> tuple[str | None, int, int, list[tuple[str, bytes | None]]] | None:
+    """(version or None, event time, timestamp, headers) kept of a consumed record, or None."""
 
 def record_identity(key: bytes | None, value: bytes | None, event_time: int, /) -> bytes: ...
 def key_bucket(key: bytes, /) -> int: ...
@@ -110,7 +120,7 @@ class Run:
     def __init__(self, *, router: RouterView, store: StoreView, durability: DurabilityView,
                  bound: BoundView, identity: Callable[[bytes | None, bytes | None, int], bytes],
                  topic: str, partition: int, output: str, stream: StreamView | None,
-                 queue: list[OutputRecord]) -> None: ...
+                 queue: list[OutputRecord], reads: Tap | None = None) -> None: ...
     def scan(self, msgs: list[Message], start: int, /) -> int:
         """Decide ``msgs[start:]`` while they are this partition's and the common case;
         return the index of the first record left to the interpreted path, or -1 when

@@ -13,19 +13,26 @@ interpreted loop, :meth:`router.worker.datapath.DataPath._handle_all`, which sta
 the rule. tests/unit/test_compiled_path.py runs both on the same generated records and compares
 every output and every piece of state.
 
-It reads consumed records directly where it can (``use_direct_reads``): confluent_kafka.Message's
-fields from the object, and the headers from librdkafka before Python converts them, so that a
-suppressed record costs no Python object. That rests on the Message layout of confluent-kafka
-2.16, checked here on a constructed Message at import; if it differs, the accessors are used
-and the start-up log says why. tests/integration/test_direct_reads.py compares the direct reads
-with the accessors on records a broker returned.
+It reads consumed records without converting their headers where it can: the data consumer
+and the transactional producers load this extension's own file as a librdkafka plugin
+(:func:`client_tap`; router/native/_plugin.h), through librdkafka's public interceptor API.
+librdkafka hands each consumed record to it before confluent-kafka wraps it in a Message; a
+record in the tagger's data layout is kept (partition, offset, timestamp, event time, version,
+a copy of its headers), and the run finds it again by (topic, partition, offset) read through
+the Message's public accessors, so that a suppressed record builds no headers list, tuples or
+timestamp tuple. A record not kept (another layout, a record read before the consume that kept
+it) is read through the accessors. tests/integration/test_direct_reads.py compares the kept
+records with the accessors on records a broker returned.
 
-It also produces forwards straight into librdkafka where it can (``use_direct_produce``,
-router/native/_produce.h): the consumed record's key, value and librdkafka headers, plus ``bg.src``,
-without a Python object or a delivery report, on the Producer layout of confluent-kafka 2.16,
-checked here at import (the start-up log says why, if not).
-tests/integration/test_direct_produce.py reads a routed output back and compares it with the
-raw records, byte for byte.
+Forwards are produced straight into librdkafka (router/native/_produce.h) on the producer's
+``rd_kafka_t`` that librdkafka gave the plugin when the client was created: the consumed
+record's key and value bytes and its kept headers, plus ``bg.src``, without a Python object
+or a delivery report. tests/integration/test_direct_produce.py reads a routed output back and
+compares it with the raw records, byte for byte.
+
+Where the plugin cannot be used (librdkafka's functions not found where confluent-kafka loaded
+them, another version of it, or one that does not load plugins), clients are created without it, records are read through
+the accessors and forwards go through ``Producer.produce``; the start-up log says why.
 
 A timeline with a per-key canary (cutover.key_primary) makes a record's primary depend on its
 key: in a segment with a canary the compiled run reads the key's bucket (cutover.key_bucket,
@@ -38,8 +45,9 @@ The boundary: the C reads, writes and calls only public names of the objects it 
 declared in a Protocol of router/native/_fastpath.pyi (RouterView, StoreView, DurabilityView,
 BoundView, StreamView); :func:`make_run` passes the real objects through ``Run``'s stub type,
 so mypy checks that they satisfy them, and tests/unit/test_native_boundary.py checks the C's
-names table against the Protocols (docs/decisions/024-the-native-boundary.md). Only
-confluent-kafka's Message and Producer structs are read by layout, as above.
+names table against the Protocols (docs/decisions/024-the-native-boundary.md). No C reads
+another package's struct: confluent-kafka's objects through their public methods, librdkafka
+through its public API.
 
 The extension is built by ``pip install`` when a C compiler is there (setup.py, optional);
 without it, or with ``CUTOVER_COMPILED_PATH=0``, the router runs interpreted, and its start-up
@@ -48,12 +56,13 @@ log says which.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from confluent_kafka import KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Message, Producer, libversion
 
 from cutover import headers as hdr
 from cutover.kafka_types import DataMessage
@@ -65,6 +74,7 @@ from router.rule.identity import record_identity
 
 if TYPE_CHECKING:
     from router.native._fastpath import Run as CRun
+    from router.native._fastpath import Tap
 
 _fastpath: ModuleType | None
 try:
@@ -93,58 +103,59 @@ def enabled() -> bool:
 
 def path_name() -> str:
     if enabled():
-        if DIRECT_READS is not None:
-            return f"compiled, reading records through their accessors ({DIRECT_READS})"
-        return "compiled" if DIRECT_PRODUCE is None else \
-            f"compiled, producing forwards through Producer.produce ({DIRECT_PRODUCE})"
+        return "compiled" if PLUGIN is None else \
+            f"compiled, reading records through their accessors and producing forwards " \
+            f"through Producer.produce ({PLUGIN})"
     return "interpreted (turned off by CUTOVER_COMPILED_PATH=0)" if available() else \
         "interpreted (the compiled extension is not built: install with a C compiler)"
 
 
-def _loaded_librdkafka() -> str | None:
-    """The path of the librdkafka the client loaded (confluent-kafka's own copy, or the
-    system's), from this process's memory map; None where there is none to read."""
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split(maxsplit=5)[-1].strip()
-                if "librdkafka" in path.rsplit("/", 1)[-1]:
-                    return path
-    except OSError:
+PLUGIN_PATHS = "plugin.library.paths"
+TAP = "cutover.tap"  # the property the plugin accepts: which Tap a client is
+
+
+def client_tap(conf: dict[str, Any], consumer: bool) -> Tap | None:
+    """A Tap for the client about to be created with ``conf`` (router/native/_plugin.h), the
+    plugin's two properties added to ``conf`` (after any plugin the operator gives); None,
+    and ``conf`` unchanged, where the compiled path or the plugin is off. A producer's tap is
+    then bound to it (``tap.bind(producer)``); a consumer's tap is begun before each
+    consume(), in the thread that decides its records."""
+    if PLUGIN is not None or not enabled():
         return None
-    return None
-
-
-class _SampleFields(TypedDict):
-    """The fields of the Message built to check the layout on."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-
-
-def _use_direct_reads(rdkafka: str | None) -> str | None:
-    """Turn on direct reads of consumed records (router/native/_message.h, ``CKMessage``), with
-    librdkafka's functions from ``rdkafka`` (:func:`_loaded_librdkafka`): None, or why they stay
-    off."""
     assert _fastpath is not None
-    headers = [("cutover-layout", b"1")]
-    fields: _SampleFields = {"topic": "cutover-layout-check", "partition": 7,
-                             "offset": 123_456_789_012, "timestamp": 1_700_000_000_123}
-    try:
-        sample = Message(topic=fields["topic"], partition=fields["partition"],
-                         offset=fields["offset"], headers=headers,
-                         timestamp=(1, fields["timestamp"]), leader_epoch=5)
-    except TypeError as exc:  # an older client: no Message constructor
-        return f"confluent_kafka.Message cannot be constructed to check it: {exc}"
-    reason: str | None = _fastpath.use_direct_reads(sample=sample, headers=headers,
-                                                    rdkafka=rdkafka, **fields)
+    tap: Tap = _fastpath.Tap(consumer=consumer)
+    mine = PLUGIN_FILE
+    given = str(conf.get(PLUGIN_PATHS) or "")
+    conf[PLUGIN_PATHS] = f"{given};{mine}" if given else mine
+    conf[TAP] = tap.token
+    return tap
+
+
+def tapped_producer(conf: dict[str, Any]) -> Producer:
+    """A Producer made with ``conf``, whose forwards the compiled path produces straight into
+    its librdkafka handle where the plugin is on (its tap bound to it: router/native/_produce.h;
+    the tap's slot lives as long as the client)."""
+    tap = client_tap(conf, consumer=False)
+    producer = Producer(conf)
+    if tap is not None and tap.attached:  # else librdkafka refused the plugin's on_new (logged)
+        tap.bind(producer)
+    return producer
+
+
+def _use_plugin() -> str | None:
+    """Let clients load the plugin: librdkafka's functions from the library confluent-kafka's
+    extension loaded, which must load this file as its plugin. None, or why not."""
+    assert _fastpath is not None
+    client = importlib.import_module("confluent_kafka.cimpl").__file__
+    if client is None:
+        return "confluent-kafka's extension has no file"
+    reason: str | None = _fastpath.use_plugin(client=client, version=libversion()[1],
+                                              plugin=PLUGIN_FILE)
     return reason
 
 
-DIRECT_READS: str | None = None   # why consumed records are read through their accessors
-DIRECT_PRODUCE: str | None = None  # why forwards go through Producer.produce
+PLUGIN: str | None = "the compiled extension is not built"  # why clients load no plugin
+PLUGIN_FILE = _fastpath.__file__ if _fastpath is not None else ""  # what they load
 
 if _fastpath is not None:
     _fastpath.configure(known_versions=hdr.KNOWN_VERSIONS, masks=MASKS, mask_shift=MASK_SHIFT,
@@ -152,15 +163,14 @@ if _fastpath is not None:
                         message_type=Message,
                         version=hdr.VERSION, event_time=hdr.EVENT_TIME,
                         watermark=hdr.WATERMARK, batch=hdr.BATCH, kind=hdr.KIND, src=hdr.SRC)
-    _rdkafka = _loaded_librdkafka()   # the process's memory map, read once
-    DIRECT_READS = _use_direct_reads(_rdkafka)
-    DIRECT_PRODUCE = _fastpath.use_direct_produce(producer_type=Producer, rdkafka=_rdkafka)
+    PLUGIN = _use_plugin()
 
 
 def make_run(owned: Owned, topic: str, stream: InlineStream | None,
-             queue: list[OutputRecord]) -> Run:
+             queue: list[OutputRecord], reads: Tap | None = None) -> Run:
     """The compiled run of ``owned``'s records of ``topic`` in this batch: forwards go to
-    ``stream`` while it is live (transactions), else to the batch's ``queue``."""
+    ``stream`` while it is live (transactions), else to the batch's ``queue``; ``reads``: the
+    data consumer's tap, whose kept records it reads (:func:`client_tap`)."""
     assert _fastpath is not None
     rs = owned.route.settings
     # typed by _fastpath.pyi (the module object itself is untyped here): mypy checks the objects
@@ -168,7 +178,8 @@ def make_run(owned: Owned, topic: str, stream: InlineStream | None,
     run_type: type[CRun] = _fastpath.Run
     run = run_type(router=owned.router, store=owned.store, durability=owned.durability,
                    bound=owned.bound, identity=owned.route.identity, topic=topic,
-                   partition=owned.partition, output=rs.output, stream=stream, queue=queue)
+                   partition=owned.partition, output=rs.output, stream=stream, queue=queue,
+                   reads=reads)
     return run
 
 

@@ -11,17 +11,25 @@ and nothing resumes, notes or closes it again.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from confluent_kafka import Consumer
+
+if TYPE_CHECKING:
+    from router.native._fastpath import Tap
 
 
 class DataConsumer:
-    """The current data consumer (``client``) and whether it is still this worker's (``live``:
-    False from a rebuild's :meth:`retire` until its :meth:`replace`)."""
+    """The current data consumer (``client``), its tap (``tap``: the records librdkafka's
+    interceptor kept for the compiled path, router.native.compiled.client_tap; None without
+    it) and whether it is still this worker's (``live``: False from a rebuild's
+    :meth:`retire` until its :meth:`replace`)."""
 
-    __slots__ = ("client", "live")
+    __slots__ = ("client", "live", "tap")
 
-    def __init__(self, client: Consumer) -> None:
+    def __init__(self, client: Consumer, tap: Tap | None = None) -> None:
         self.client = client
+        self.tap = tap
         self.live = True
 
     def is_current(self, client: Consumer) -> bool:
@@ -33,7 +41,8 @@ class DataConsumer:
         self.live = False
         return self.client
 
-    def replace(self, client: Consumer) -> None:
+    def replace(self, client: Consumer, tap: Tap | None = None) -> None:
         """A rebuild's new client, joined to the group."""
         self.client = client
+        self.tap = tap
         self.live = True

@@ -105,6 +105,9 @@ from router.worker.topics import check_routes, ensure_checkpoint_topic
 from router.worker.watchdog import Progress, Watchdog
 from router.worker.worker_parts import WorkerParts
 
+if TYPE_CHECKING:
+    from router.native._fastpath import Tap
+
 log = logging.getLogger("cutover.router")
 
 POLL_S = 0.05
@@ -173,8 +176,9 @@ class DataPath:
         # The data consumer's group metadata as last noted (:meth:`_note_group`).
         self._group: bytes | None = None
         # The per-record path: compiled where it can (router.native.compiled), else interpreted.
+        self._compiled = compiled.enabled()
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
-                        if compiled.enabled() else self._handle_all)
+                        if self._compiled else self._handle_all)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -196,7 +200,7 @@ class DataPath:
         self._parts = self._connect(conf)
         for event in self._parts.control.catch_up():
             self.board.control_event(event)
-        self._consumer = DataConsumer(self._join())
+        self._consumer = DataConsumer(*self._join())
         self.ready.set()
         Watchdog(self.progress, self.stop_event).start()
         FreeMemoryTrim(self.stop_event).start()
@@ -224,7 +228,8 @@ class DataPath:
         end (router.worker.worker_parts)."""
         txn = (WorkerTransactions(
             self.settings, {name: rt.max_record_bytes for name, rt in self.routes.items()},
-            self.worker_id) if transactions_on(self.settings) else None)
+            self.worker_id, compiled.tapped_producer if self._compiled else Producer)
+            if transactions_on(self.settings) else None)
         producer = Producer(client_conf(
             self.settings, "producer", **{"linger.ms": 5, "batch.num.messages": 10000,
                                           "queue.buffering.max.messages": 1_000_000,
@@ -252,12 +257,14 @@ class DataPath:
                        parked=assignment.parked, stuck_s=self.settings.commit_stuck_s)
         return WorkerParts(producer, writer, txn, control, assignment, end)
 
-    def _join(self) -> Consumer:
+    def _join(self) -> tuple[Consumer, Tap | None]:
         """Start a data consumer and join the group (rebalance callbacks: below; those of a
-        consumer replaced by a rebuild are ignored)."""
+        consumer replaced by a rebuild are ignored); with its tap, where the compiled path
+        reads its records through librdkafka's interceptor (router.native.compiled)."""
         conf = data_consumer_conf(self.settings, self.instance_id)
         conf["error_cb"] = self._on_consumer_error
         self.clock.max_poll_s = int(conf.get("max.poll.interval.ms", 300000)) / 1000
+        tap = compiled.client_tap(conf, consumer=True) if self._compiled else None
         consumer = Consumer(conf)
         assignment = self._parts.assignment
 
@@ -272,7 +279,7 @@ class DataPath:
         consumer.subscribe(sorted(self.topic_route), on_assign=current(assignment.on_assign),
                            on_revoke=current(assignment.on_revoke),
                            on_lost=current(assignment.on_lost))
-        return consumer
+        return consumer, tap
 
     def _on_consumer_error(self, err: KafkaError) -> None:
         """The data consumer's error_cb (called inside its consume, on the data thread)."""
@@ -374,7 +381,7 @@ class DataPath:
         _close_in_background(old)
         if delay and self.stop_event.wait(delay):
             return
-        self._consumer.replace(self._join())
+        self._consumer.replace(*self._join())
         self.progress.rebuilt()
         self.board.changed = True
 
@@ -414,7 +421,12 @@ class DataPath:
         parts = self._parts
         self.progress.begin_step()
         self._took_over = False
-        msgs = self._consumer.client.consume(self.settings.batch_records, POLL_S)
+        data = self._consumer
+        if data.tap is not None:
+            # what librdkafka's interceptor keeps of this consume's records, on this thread,
+            # which also decides them (router/native/_plugin.h: both in one thread)
+            data.tap.begin()
+        msgs = data.client.consume(self.settings.batch_records, POLL_S)
         self.clock.polled()
         self._note_group()
         self._raise_if_consumer_failed()
@@ -695,7 +707,7 @@ class DataPath:
         if owned is None or owned.route.settings.shadow is not None:
             return None
         return compiled.make_run(owned, tp[0], self._stream(owned, False),
-                                 self._parts.writer.queue)
+                                 self._parts.writer.queue, self._consumer.tap)
 
     def _sender(self, owned: Owned, general: bool) -> Forward:
         """How a run of ``owned``'s records sends its forwards: with transactions, produced

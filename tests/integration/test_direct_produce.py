@@ -1,7 +1,9 @@
-"""Forwards produced straight into librdkafka (router/native/_produce.h), on the broker: what a
-consumer of the output reads must be what the raw record had, byte for byte (key, value, every
-header in order, None and empty values kept apart), plus its ``bg.src``, in the raw partition's
-order, each once; and the direct path must be the one that produced most of them.
+"""Forwards produced straight into librdkafka (router/native/_produce.h) on the producer handle
+librdkafka's on_new gave the plugin, from the records its on_consume kept
+(router/native/_plugin.h), on the broker: what a consumer of the output reads must be what the
+raw record had, byte for byte (key, value, every header in order, None and empty values kept
+apart), plus its ``bg.src``, in the raw partition's order, each once; and the direct path must
+be the one that produced most of them, from records the data consumer's tap kept.
 
 The records carry the shapes a user's job gives a forward: no key, no value, an empty value,
 job headers before the tagger's (with None, empty and binary values, a repeated name), large
@@ -15,6 +17,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
@@ -32,6 +35,9 @@ from router.rule.identity import record_identity
 from router.worker.datapath import DataPath
 from testground.brokers import BrokerUnderTest, create_topics
 from tests.topics import RawRecord, read_topic
+
+if TYPE_CHECKING:
+    from router.native._fastpath import Tap
 
 pytestmark = pytest.mark.broker
 
@@ -58,7 +64,7 @@ def test_direct_forwards_are_the_raw_records(broker: BrokerUnderTest, tmp_path: 
     if broker.kind == "tansu":
         pytest.skip("forwards are produced directly into transactions; they are off on Tansu")
     assert compiled.enabled(), compiled.path_name()
-    assert compiled.DIRECT_PRODUCE is None, compiled.DIRECT_PRODUCE  # on with this client
+    assert compiled.PLUGIN is None, compiled.PLUGIN  # on with this client
     assert compiled._fastpath is not None
     bootstrap = broker.bootstrap
     n = uuid.uuid4().hex[:8]
@@ -115,6 +121,9 @@ def test_direct_forwards_are_the_raw_records(broker: BrokerUnderTest, tmp_path: 
         engine.stop()
         th.join(30)
     direct = compiled._fastpath.produced_directly() - before
+    tap = engine._consumer.tap
+    assert tap is not None
+    read = tap.counts["read"]  # records the runs found kept by on_consume
 
     got: list[RawRecord] = read_topic(bootstrap, out)
     assert len(got) == forwards
@@ -135,6 +144,8 @@ def test_direct_forwards_are_the_raw_records(broker: BrokerUnderTest, tmp_path: 
     # produced directly.
     runs = (RECORDS // 250 + batches) * PARTITIONS
     assert forwards - 2 * runs <= direct < forwards, (direct, forwards, batches)
+    # every record but the first of each run was read from what on_consume kept
+    assert RECORDS - 2 * runs <= read <= RECORDS, (read, RECORDS, batches)
 
 
 def test_a_refused_direct_produce_queues_the_forwards_unchanged(broker: BrokerUnderTest,
@@ -145,7 +156,7 @@ def test_a_refused_direct_produce_queues_the_forwards_unchanged(broker: BrokerUn
     bg.src, in order."""
     if broker.kind == "tansu":
         pytest.skip("forwards are produced directly into transactions; they are off on Tansu")
-    assert compiled._fastpath is not None and compiled.DIRECT_PRODUCE is None
+    assert compiled._fastpath is not None and compiled.PLUGIN is None
     bootstrap = broker.bootstrap
     n = uuid.uuid4().hex[:8]
     raw, out = f"dpr-raw-{n}", f"dpr-out-{n}"
@@ -158,7 +169,7 @@ def test_a_refused_direct_produce_queues_the_forwards_unchanged(broker: BrokerUn
     for i in range(6):
         p.produce(raw, b"v%d" % i, b"k%d" % i, partition=0, headers=written[i])
     assert p.flush(30) == 0
-    consumed = read_messages(bootstrap, raw, 6)
+    consumed, tap = read_messages(bootstrap, raw, 6)
     parse_headers(TaggedRecord(version="blue", event_time=1, watermark=0, batch=0).to_headers())
 
     rs = RouteSettings.model_validate({"name": "r", "inputs": [raw], "output": out})
@@ -169,16 +180,18 @@ def test_a_refused_direct_produce_queues_the_forwards_unchanged(broker: BrokerUn
                                   segments=(Segment(from_event_time=None, primary="blue"),)))
     owned = Owned(RouteRuntime(rs, record_identity, 1), 0, router, store,
                   Durability(next_offsets={raw: 0}, out_pos=0, known_end=0, rebuild_from=0))
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"dpr-{n}"})
+    producer = compiled.tapped_producer({"bootstrap.servers": bootstrap,
+                                         "transactional.id": f"dpr-{n}"})
     producer.init_transactions(30)   # and no transaction begun: every produce is refused
     probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dpr-probe-{n}"})
     writer = OutputWriter({"bootstrap.servers": bootstrap}, producer, probe)
     try:
         stream = writer.open_stream(owned, producer)
         before = compiled._fastpath.produced_directly()
-        assert compiled.make_run(owned, raw, stream, writer.queue).scan(consumed, 0) == 6
+        assert compiled.make_run(owned, raw, stream, writer.queue, tap).scan(consumed, 0) == 6
         writer.end_streams()
         assert compiled._fastpath.produced_directly() == before
+        assert tap.counts["read"] == 6  # each kept by on_consume, so tried directly first
         assert not stream.live and owned.durability.queued == 6
         assert [(q[2], q[3]) for q in writer.queue] == [(b"k%d" % i, b"v%d" % i)
                                                         for i in range(6)]
@@ -191,18 +204,22 @@ def test_a_refused_direct_produce_queues_the_forwards_unchanged(broker: BrokerUn
         store.close()
 
 
-def read_messages(bootstrap: str, topic: str, count: int) -> list[Message]:
-    """The first ``count`` records of partition 0 of ``topic``, as consumed (their headers
-    still librdkafka's)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
-                  "enable.auto.commit": False})
+def read_messages(bootstrap: str, topic: str, count: int) -> tuple[list[Message], Tap]:
+    """The first ``count`` records of partition 0 of ``topic``, as consumed, and the tap that
+    kept them (router/native/_plugin.h: read in this thread)."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+            "enable.auto.commit": False}
+    tap = compiled.client_tap(conf, consumer=True)
+    assert tap is not None
+    c = Consumer(conf)
     c.assign([TopicPartition(topic, 0, 0)])
     got: list[Message] = []
     deadline = time.monotonic() + 30
+    tap.begin()  # once: what every consume() below keeps is kept until the next begin()
     try:
         while len(got) < count and time.monotonic() < deadline:
             got.extend(m for m in c.consume(count - len(got), 1) if m.error() is None)
     finally:
         c.close()
     assert len(got) == count
-    return got
+    return got, tap

@@ -1,12 +1,14 @@
-"""The compiled path's direct reads of consumed records (router/native/_message.h, ``CKMessage``),
-on records a real broker returned: confluent_kafka.Message's fields and librdkafka's headers read
-without the accessors must give what the accessors and ``cutover.headers.data_envelope`` give.
+"""What librdkafka's on_consume interceptor keeps of consumed records for the compiled path
+(router/native/_plugin.h), on records a real broker returned: a record is kept exactly when
+``cutover.headers.data_envelope`` recognizes it (save the declines the accessors decide: header
+names that are not ASCII, digits too long for 64 bits), and what is kept (version, event time,
+timestamp, every header in order) is what the Message's accessors give.
 
-Only a consumed Message has librdkafka's headers (a constructed one holds a Python list, which
-tests/unit/test_compiled_path.py covers), so this test produces a few hundred header layouts
-(the tagger's, and every way to miss it: names, order, values, a repeated or misplaced
-envelope header, a null or empty value, digits too long for 64 bits, names that are not ASCII,
-an unknown version, none at all), reads them back and compares each record.
+Only librdkafka's consume runs the interceptor (a constructed Message goes through the
+accessors, which tests/unit/test_compiled_path.py covers), so this test produces a few hundred
+header layouts (the tagger's, and every way to miss it: names, order, values, a repeated or
+misplaced envelope header, a null or empty value, digits too long for 64 bits, names that are
+not ASCII, an unknown version, none at all), reads them back and compares each record.
 """
 
 from __future__ import annotations
@@ -89,9 +91,9 @@ def _layouts(n: int, seed: int) -> list[HeaderList]:
     return out
 
 
-def test_direct_reads_give_what_the_accessors_give(bootstrap: str) -> None:
+def test_kept_records_give_what_the_accessors_give(bootstrap: str) -> None:
     assert compiled.enabled(), compiled.path_name()
-    assert compiled.DIRECT_READS is None, compiled.DIRECT_READS  # on with this client
+    assert compiled.PLUGIN is None, compiled.PLUGIN  # on with this client
     assert compiled._fastpath is not None
     for v in ("blue", "green"):  # versions the router has seen (data_envelope knows them)
         parse_headers(TaggedRecord(version=v, event_time=1, watermark=0, batch=0).to_headers())
@@ -104,28 +106,36 @@ def test_direct_reads_give_what_the_accessors_give(bootstrap: str) -> None:
         p.produce(topic, b"v%d" % i, b"k%d" % i, partition=i % 2, headers=hdrs or None,
                   timestamp=base + i)
     assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
-                  "enable.auto.commit": False})
+    conf = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+            "enable.auto.commit": False}
+    tap = compiled.client_tap(conf, consumer=True)
+    assert tap is not None
+    c = Consumer(conf)
     c.assign([TopicPartition(topic, q, 0) for q in range(2)])
     seen = recognized = declined = 0
     try:
         while seen < len(layouts):
+            tap.begin()
             for m in c.consume(500, 5):
                 assert m.error() is None, m.error()
-                direct, offset, partition, timestamp = compiled._fastpath.envelope(m)
-                assert (offset, partition, timestamp) == (m.offset(), m.partition(),
-                                                          m.timestamp()[1])
-                headers = m.headers()  # converted only now: the direct read came first
+                kept = compiled._fastpath.envelope(tap, topic, m.partition(), m.offset())
+                headers = m.headers()
                 want = data_envelope(headers)
                 i = int(m.value()[1:])
-                if direct is not None or want is None:
-                    assert direct == want, (layouts[i], direct, want)
-                else:  # declined, and the interpreted path decides it: only where meant
+                if kept is not None:
+                    version, event_time, timestamp, kept_headers = kept
+                    assert timestamp == m.timestamp()[1]
+                    assert kept_headers == headers, (layouts[i], kept_headers)
+                    # an unknown version: kept, and not recognized by either
+                    got = (version, event_time) if version is not None else None
+                    assert got == want, (layouts[i], got, want)
+                    recognized += got is not None
+                elif want is not None:  # declined: the accessors decide it, only where meant
                     assert any(not name.isascii() for name, _ in headers or ()) \
                         or len(headers[-3][1] or b"") > 18, (layouts[i], want)
                     declined += 1
-                recognized += direct is not None
                 seen += 1
+        assert tap.counts["dropped"] == 0
     finally:
         c.close()
     # the layouts reach both answers, and the declines (names not ASCII, 19 digits)

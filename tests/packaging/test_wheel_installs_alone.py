@@ -102,7 +102,7 @@ def test_the_sdist_holds_what_the_wheel_is_built_from(built: Built) -> None:
     with tarfile.open(built.sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for needed in ("setup.py", "pyproject.toml", "README.md", "router/native/_fastpath.c",
-                   "router/native/_blake2b.h", "router/native/_message.h",
+                   "router/native/_blake2b.h", "router/native/_plugin.h",
                    "router/native/_produce.h"):
         assert needed in names, f"the sdist lacks {needed}"
 

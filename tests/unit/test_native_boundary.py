@@ -12,7 +12,7 @@ from pathlib import Path
 from confluent_kafka import Message, Producer
 
 NATIVE = Path(__file__).resolve().parents[2] / "router" / "native"
-C_FILES = [NATIVE / "_fastpath.c", NATIVE / "_message.h", NATIVE / "_produce.h"]
+C_FILES = [NATIVE / "_fastpath.c", NATIVE / "_plugin.h", NATIVE / "_produce.h"]
 
 
 def names_table() -> list[str]:
@@ -90,3 +90,19 @@ def test_the_parsers_see_a_private_name() -> None:
     src = 'PyObject_GetAttrString(obj, "_private")'
     assert re.findall(r'Py\w*(?:AttrString|CallMethod\w*)\s*\([^,()]+,\s*"([^"]*)"', src) \
         == ["_private"]
+
+
+def test_the_c_lays_out_no_other_package_s_object() -> None:
+    """The only Python objects the C reads by layout are its own (Run, Tap): confluent-kafka's
+    Message and Producer are read through their methods, librdkafka through its public API
+    (router/native/_plugin.h), found in the library confluent-kafka loaded, not searched for
+    in the process's memory map."""
+    objects = []
+    for path in C_FILES:
+        src = path.read_text()
+        objects += re.findall(r"typedef struct\s*\{\s*PyObject_HEAD.*?\}\s*(\w+);", src, re.S)
+        assert "/proc/self/maps" not in src, path
+        assert not re.search(r"\(\s*\w+\s*\*\s*\)\s*(?:msg|producer|sample)\b", src), path
+    assert sorted(objects) == ["RunObject", "TapObject"]
+    compiled_py = (NATIVE / "compiled.py").read_text()
+    assert "/proc/self/maps" not in compiled_py

@@ -31,8 +31,9 @@ or a delivery report. tests/integration/test_direct_produce.py reads a routed ou
 compares it with the raw records, byte for byte.
 
 Where the plugin cannot be used (librdkafka's functions not found where confluent-kafka loaded
-them, another version of it, or one that does not load plugins), clients are created without it, records are read through
-the accessors and forwards go through ``Producer.produce``; the start-up log says why.
+them, another version of it, or one that does not load plugins), clients are created without
+it, records are read through the accessors and forwards go through ``Producer.produce``; the
+start-up log says why.
 
 A timeline with a per-key canary (cutover.key_primary) makes a record's primary depend on its
 key: in a segment with a canary the compiled run reads the key's bucket (cutover.key_bucket,

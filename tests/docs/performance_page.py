@@ -198,8 +198,10 @@ def _marked(s: Section, row: Section, field: str, fmt: Callable[[Any], str]) -> 
         if t["partitions"] == row["partitions"] and t["field"] == field and not t["passed"]:
             sign = "≤" if t["kind"] == "at most" else "≥"
             if field == "rate_per_s":   # the share of the rate at the fewest partitions
-                return f"{cell} **FAIL** ({t['figure']:.1f}% of the rate at " \
-                       f"{min(r['partitions'] for r in s['rows'])}, {sign} {t['limit']:g}%)"
+                share = ("not measured" if t["figure"] is None
+                         else f"{t['figure']:.1f}% of the rate at "
+                         f"{min(r['partitions'] for r in s['rows'])}")
+                return f"{cell} **FAIL** ({share}, {sign} {t['limit']:g}%)"
             return f"{cell} **FAIL** ({sign} {_limit(t['limit'], t['unit'])})"
     return cell
 

@@ -139,3 +139,19 @@ def test_the_rate_share_is_shown_round_by_round_with_its_median() -> None:
            "first), 102.0% (4 first); their median, 95.0%, is the figure of the target." in page
     assert "its rate at 64 / at 4 partitions was 50.0%, 96.7%, 101.0%, a median of 96.7%." \
         in page
+
+
+def test_a_rate_share_not_measured_is_marked_as_such() -> None:
+    """A count whose backlog gave no rate (a smoke run's backlog arrives in one read) fails the
+    share target, and its cell says so instead of breaking the page."""
+    from dataclasses import asdict
+
+    from tests.bench.partition_targets import Row, targets
+    rows = [Row(4, 1, 4.3, 4.3, None, 2.5, 6.1, 29, 126.5, 0, 0, 0),
+            Row(16, 1, 2.6, 2.6, 345_188, 2.6, 6.0, 29, 125.4, 0, 0, 0)]
+    section = {**_partition_counts_section(), "rows": [asdict(r) for r in rows],
+               "targets": [{**asdict(t), "ratio": t.ratio, "passed": t.passed}
+                           for t in targets(rows)]}
+    page = render(merge(json.loads(RESULTS.read_text()), {"partition_counts": section},
+                        "abc1234", "Apache Kafka"))
+    assert "| 16 | 2.6 s | 2.6 s | 345,188 **FAIL** (not measured, ≥ 90%) |" in page

@@ -99,6 +99,7 @@ from router.worker.control import ControlReader, PlanAccepted, recover_plans
 from router.worker.data_consumer import DataConsumer
 from router.worker.gc_pause import batch_gc_pause, freeze_start_up
 from router.worker.held_reads import read_before, rewind_if_changed
+from router.worker.orphans import OrphanWatch
 from router.worker.rebuilds import RebuildBudget, RebuildsExhausted
 from router.worker.status_publisher import PartitionView, StatusBoard
 from router.worker.topics import check_routes, ensure_checkpoint_topic
@@ -173,8 +174,16 @@ class DataPath:
         # its topics), before the first batch; only the loop that run() starts reads them.
         self._parts: WorkerParts
         self._consumer: DataConsumer
-        # The data consumer's group metadata as last noted (:meth:`_note_group`).
+        # The data consumer's group metadata and member id as last noted (:meth:`_note_group`).
         self._group: bytes | None = None
+        self._member_id: str | None = None
+        # The raw topics the data consumer subscribes to and their partition counts (filled
+        # by :meth:`run` with the routes); partitions of them the group gave to no member are
+        # given out again (router.worker.orphans).
+        self._subscribed: dict[str, int] = {}
+        self.orphans = OrphanWatch(client_conf(settings, "admin"),
+                                   data_consumer_conf(settings, None), self.ckpt_topic,
+                                   self._subscribed, lambda: self._member_id, self.stop_event)
         # The per-record path: compiled where it can (router.native.compiled), else interpreted.
         self._compiled = compiled.enabled()
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
@@ -196,6 +205,7 @@ class DataPath:
         self._route_sizes.update({name: rt.num_partitions for name, rt in self.routes.items()})
         self.topic_route.update({t: rt for rt in self.routes.values()
                                  for t in rt.settings.inputs})
+        self._subscribed.update({t: rt.num_partitions for t, rt in self.topic_route.items()})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
         self._parts = self._connect(conf)
         for event in self._parts.control.catch_up():
@@ -203,6 +213,7 @@ class DataPath:
         self._consumer = DataConsumer(*self._join())
         self.ready.set()
         Watchdog(self.progress, self.stop_event).start()
+        self.orphans.start()
         FreeMemoryTrim(self.stop_event).start()
         allocator = fastbins_off()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
@@ -374,6 +385,7 @@ class DataPath:
         old = self._consumer.retire()
         self._parts.writer.reset()
         self._consumer_fatal = None
+        self._member_id = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
         assignment.positions.clear()
         self._leader_suspect = set()
@@ -471,20 +483,23 @@ class DataPath:
             self._judge_stall()
 
     def _note_group(self) -> None:
-        """Note the data consumer's group metadata as it stands (None without a member id: the
-        client blanks it when its session is lost, and the group coordinator does not check a
-        blank generation). On this thread, after every consume and at the start of every
-        rebalance callback: the commit threads read what was noted (router.durability.transactions)
-        and never call the consumer, which the client lets one thread use at a time (a commit
-        thread asking it while this one waits for that commit in a rebalance callback would
-        wait for ever)."""
-        if self._parts.txn is None or not self._consumer.live:
+        """Note the data consumer's member id (for router.worker.orphans) and group metadata as
+        they stand (None without a member id: the client blanks it when its session is lost,
+        and the group coordinator does not check a blank generation). On this thread, after
+        every consume and at the start of every rebalance callback: the commit threads read
+        what was noted (router.durability.transactions) and never call the consumer, which the
+        client lets one thread use at a time (a commit thread asking it while this one waits
+        for that commit in a rebalance callback would wait for ever)."""
+        if not self._consumer.live:
             return
         consumer = self._consumer.client
         try:
-            self._group = consumer.consumer_group_metadata() if consumer.memberid() else None
+            self._member_id = consumer.memberid() or None
+            if self._parts.txn is not None:
+                self._group = (consumer.consumer_group_metadata() if self._member_id
+                               else None)
         except (KafkaException, RuntimeError):   # closed by a rebuild meanwhile
-            self._group = None
+            self._group = self._member_id = None
 
     # -- partitions set aside -----------------------------------------------------------------
 

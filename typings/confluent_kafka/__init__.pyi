@@ -11,6 +11,7 @@
 
 import builtins
 from collections.abc import Callable
+from enum import Enum
 from typing import Any, Literal, TypeAlias
 
 from confluent_kafka.admin import ClusterMetadata
@@ -105,6 +106,14 @@ class Message:
     def value(self) -> bytes | None: ...
     def headers(self) -> _ReadHeaders | None: ...
     def timestamp(self) -> tuple[int, int]: ...  # (timestamp type, milliseconds)
+
+class ConsumerGroupState(Enum):
+    UNKNOWN = 0
+    PREPARING_REBALANCING = 1
+    COMPLETING_REBALANCING = 2
+    STABLE = 3
+    DEAD = 4
+    EMPTY = 5
 
 class TopicPartition:
     def __init__(self, topic: str, partition: int = -1, offset: int = -1001,

@@ -13,7 +13,13 @@ from concurrent.futures import Future
 from enum import Enum
 from typing import Any
 
-from confluent_kafka import KafkaError, Node, TopicCollection
+from confluent_kafka import (
+    ConsumerGroupState,
+    KafkaError,
+    Node,
+    TopicCollection,
+    TopicPartition,
+)
 
 # Enums: every member (their values are librdkafka's, read at import).
 
@@ -125,14 +131,19 @@ class UserScramCredentialUpsertion(UserScramCredentialAlteration):
 class TopicDescription:
     authorized_operations: list[AclOperation] | None  # asked for, else None
 
+class MemberAssignment:
+    topic_partitions: list[TopicPartition]
+
 class MemberDescription:
     member_id: str
     client_id: str
     host: str
+    assignment: MemberAssignment    # as the group's coordinator stored it
     group_instance_id: str | None   # a static member's, else None
 
 class ConsumerGroupDescription:
     coordinator: Node
+    state: ConsumerGroupState
     members: list[MemberDescription]
     authorized_operations: list[AclOperation] | None  # asked for, else None
 

@@ -152,19 +152,20 @@ class OrphanWatch:
 
     def _run(self) -> None:
         admin = AdminClient(self.admin_conf)
-        unanswered = False
-        while not self.stop.wait(LOOK_EVERY_S):
+        every = LOOK_EVERY_S
+        while not self.stop.wait(every):
             try:
                 group = admin.describe_consumer_groups(
                     [self.group_id], request_timeout=ASK_TIMEOUT_S)[self.group_id].result(
                         ASK_TIMEOUT_S)
-            except KafkaException as exc:
-                if not unanswered:
-                    log.info("group %s: who holds which partition was not answered (%s); "
-                             "asking again", self.group_id, exc)
-                unanswered = True
+            except (KafkaException, TimeoutError) as exc:
+                if every == LOOK_EVERY_S:
+                    log.info("group %s: who holds which partition was not answered (%r); "
+                             "asking again, less often while unanswered", self.group_id, exc)
+                # a broker that does not answer DescribeGroups is not asked every second
+                every = min(every * 2, MAX_WAIT_S)
                 continue
-            unanswered = False
+            every = LOOK_EVERY_S
             self.look(GroupView.of(group), time.monotonic())
 
     def look(self, view: GroupView, now: float) -> None:

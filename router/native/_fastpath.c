@@ -1257,21 +1257,18 @@ static PyObject *py_envelope(PyObject *mod, PyObject *const *args, Py_ssize_t na
     if (version == NULL && PyErr_Occurred()) return NULL;
     PyObject *hdrs = PyList_New(0);
     if (hdrs == NULL) return NULL;
-    const char *p = t->arena + e->hdr_at, *end = p + e->hdr_len;
-    while (p < end) {
-        size_t nl = strlen(p) + 1;
-        int64_t size;
-        memcpy(&size, p + nl, sizeof size);
-        const char *val = p + nl + sizeof size;
-        PyObject *h = size < 0 ? Py_BuildValue("(sO)", p, Py_None)
-                               : Py_BuildValue("(sy#)", p, val, (Py_ssize_t)size);
+    for (const char *p = t->arena + e->hdr_at, *end = p + e->hdr_len; p < end;) {
+        KeptHeader kh;
+        kept_header_next(&p, &kh);
+        PyObject *h = kh.value == NULL
+            ? Py_BuildValue("(sO)", kh.name, Py_None)
+            : Py_BuildValue("(sy#)", kh.name, kh.value, (Py_ssize_t)kh.size);
         if (h == NULL || PyList_Append(hdrs, h) < 0) {
             Py_XDECREF(h);
             Py_DECREF(hdrs);
             return NULL;
         }
         Py_DECREF(h);
-        p = val + (size < 0 ? 0 : size);
     }
     return Py_BuildValue("(OLLN)", version ? version : Py_None, (long long)e->t,
                          (long long)e->timestamp, hdrs);

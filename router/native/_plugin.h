@@ -121,6 +121,27 @@ typedef struct {
     uint32_t nhdr;
 } Entry;
 
+/* One kept header of an entry, read back from the arena: its name, its value (NULL for a null
+ * value) and the value's size. */
+typedef struct {
+    const char *name;
+    const char *value;
+    size_t size;
+} KeptHeader;
+
+/* The kept header at *at (before the entry's end), read into h; *at moves past it. The one
+ * reader of the layout on_consume writes. */
+static inline void kept_header_next(const char **at, KeptHeader *h) {
+    const char *p = *at;
+    size_t nl = strlen(p) + 1;
+    int64_t size;
+    memcpy(&size, p + nl, sizeof size);
+    h->name = p;
+    h->value = size < 0 ? NULL : p + nl + sizeof size;
+    h->size = size < 0 ? 0 : (size_t)size;
+    *at = p + nl + sizeof size + h->size;
+}
+
 #define TAP_MAX 256                 /* taps alive at once (a worker has a few clients) */
 #define ENTRY_MAX (1u << 20)        /* entries of one consume() at most */
 #define ARENA_MAX (64u << 20)       /* bytes of their headers at most */

@@ -67,18 +67,13 @@ static int produce_direct(Tap *to, const char *topic, int32_t partition, const T
         return NOT_DIRECT;
     rd_kafka_headers_t *hdrs = rk.headers_new(e->nhdr + 1);
     if (hdrs == NULL) return NOT_DIRECT;
-    const char *p = from->arena + e->hdr_at, *end = p + e->hdr_len;
-    while (p < end) {
-        size_t nl = strlen(p) + 1;
-        int64_t size;
-        memcpy(&size, p + nl, sizeof size);
-        const char *val = p + nl + sizeof size;
-        if (rk.header_add(hdrs, p, -1, size < 0 ? NULL : val, size < 0 ? 0 : (ssize_t)size)
-            != 0) {
+    for (const char *p = from->arena + e->hdr_at, *end = p + e->hdr_len; p < end;) {
+        KeptHeader kh;
+        kept_header_next(&p, &kh);
+        if (rk.header_add(hdrs, kh.name, -1, kh.value, (ssize_t)kh.size) != 0) {
             rk.headers_destroy(hdrs);
             return NOT_DIRECT;
         }
-        p = val + (size < 0 ? 0 : size);
     }
     int err = NOT_DIRECT;
     if (rk.header_add(hdrs, name, -1, src, (ssize_t)src_len) == 0) {

@@ -19,6 +19,10 @@ the group rebalance: a member joins for a moment and leaves (:func:`nudge`). It 
 to the checkpoint topic, which no worker consumes through the group, so it takes no raw
 partition. A nudge that did not help is tried again after a doubling wait, at most
 :data:`MAX_WAIT_S` apart.
+
+A coordinator that does not answer is asked again at the next look: a frozen or moving
+coordinator is when members get replaced. Only a broker that has never answered the question
+is asked less and less often.
 """
 
 from __future__ import annotations
@@ -152,20 +156,25 @@ class OrphanWatch:
 
     def _run(self) -> None:
         admin = AdminClient(self.admin_conf)
-        every = LOOK_EVERY_S
+        every, answered, failing = LOOK_EVERY_S, False, False
         while not self.stop.wait(every):
             try:
                 group = admin.describe_consumer_groups(
                     [self.group_id], request_timeout=ASK_TIMEOUT_S)[self.group_id].result(
                         ASK_TIMEOUT_S)
             except (KafkaException, TimeoutError) as exc:
-                if every == LOOK_EVERY_S:
+                if not failing:
                     log.info("group %s: who holds which partition was not answered (%r); "
-                             "asking again, less often while unanswered", self.group_id, exc)
-                # a broker that does not answer DescribeGroups is not asked every second
-                every = min(every * 2, MAX_WAIT_S)
+                             "asking again", self.group_id, exc)
+                failing = True
+                # A broker that never answered DescribeGroups (the demo's embedded broker) is
+                # asked less and less often. One that did is failing now (a coordinator frozen
+                # or moving), which is when partitions come to be assigned to no member: it is
+                # asked every look, each request bounded by ASK_TIMEOUT_S.
+                if not answered:
+                    every = min(every * 2, MAX_WAIT_S)
                 continue
-            every = LOOK_EVERY_S
+            every, answered, failing = LOOK_EVERY_S, True, False
             self.look(GroupView.of(group), time.monotonic())
 
     def look(self, view: GroupView, now: float) -> None:

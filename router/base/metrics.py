@@ -36,11 +36,9 @@ METRICS: dict[str, tuple[str, str]] = {
                                 "decides nothing for stall_after_s, or a step has not returned"),
     "worker_stalls_total": ("counter", "stalls the watchdog reported since start"),
     "worker_rebuilds_total": ("counter", "client rebuilds (rejoins) since start"),
-    # router.worker.orphans.OrphanWatch exports these two.
-    "group_unheld_partitions": ("gauge", "partitions of this worker's subscription that the "
-                                         "group has assigned to no member, at the last look"),
-    "group_nudges_total": ("counter", "rebalances this worker started because partitions "
-                                      "stayed assigned to no member"),
+    # router.worker.orphans.Nudger exports it.
+    "group_nudges_total": ("counter", "rebalances this worker started after its data consumer "
+                                      "took its instance's place"),
     "store_filter_bytes": ("gauge", "front filters the worker's dedup stores hold together, "
                                     "bytes (router.dedup.memory)"),
     "store_filter_budget_bytes": ("gauge", "the worker's budget for those filters "

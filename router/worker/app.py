@@ -113,7 +113,7 @@ def build_app(settings: RouterSettings, worker_id: str | None = None,
     class MetricsView(View):
         async def get(self, request: Request) -> Response:
             return self.text(engine.board.prometheus() + engine.progress.prometheus()
-                             + engine.orphans.prometheus() + engine.store_memory.prometheus(),
+                             + engine.nudger.prometheus() + engine.store_memory.prometheus(),
                              content_type="text/plain; version=0.0.4")
 
     @app.page("/health")

@@ -99,7 +99,7 @@ from router.worker.control import ControlReader, PlanAccepted, recover_plans
 from router.worker.data_consumer import DataConsumer
 from router.worker.gc_pause import batch_gc_pause, freeze_start_up
 from router.worker.held_reads import read_before, rewind_if_changed
-from router.worker.orphans import OrphanWatch
+from router.worker.orphans import Nudger
 from router.worker.rebuilds import RebuildBudget, RebuildsExhausted
 from router.worker.status_publisher import PartitionView, StatusBoard
 from router.worker.topics import check_routes, ensure_checkpoint_topic
@@ -174,16 +174,13 @@ class DataPath:
         # its topics), before the first batch; only the loop that run() starts reads them.
         self._parts: WorkerParts
         self._consumer: DataConsumer
-        # The data consumer's group metadata and member id as last noted (:meth:`_note_group`).
+        # The data consumer's group metadata as last noted (:meth:`_note_group`).
         self._group: bytes | None = None
-        self._member_id: str | None = None
-        # The raw topics the data consumer subscribes to and their partition counts (filled
-        # by :meth:`run` with the routes); partitions of them the group gave to no member are
-        # given out again (router.worker.orphans).
-        self._subscribed: dict[str, int] = {}
-        self.orphans = OrphanWatch(client_conf(settings, "admin"),
-                                   data_consumer_conf(settings, None), self.ckpt_topic,
-                                   self._subscribed, lambda: self._member_id, self.stop_event)
+        # Why the data consumer took its instance's place, until its first assignment, after
+        # which the group is made to rebalance once (router.worker.orphans); None otherwise.
+        self._took_place: str | None = None
+        self.nudger = Nudger(data_consumer_conf(settings, None), self.ckpt_topic,
+                             self.stop_event)
         # The per-record path: compiled where it can (router.native.compiled), else interpreted.
         self._compiled = compiled.enabled()
         self._handle = (compiled.CompiledLoop(self._handle_all, self._run_for).handle
@@ -205,7 +202,6 @@ class DataPath:
         self._route_sizes.update({name: rt.num_partitions for name, rt in self.routes.items()})
         self.topic_route.update({t: rt for rt in self.routes.values()
                                  for t in rt.settings.inputs})
-        self._subscribed.update({t: rt.num_partitions for t, rt in self.topic_route.items()})
         ensure_checkpoint_topic(self.settings, self.ckpt_topic)
         self._parts = self._connect(conf)
         for event in self._parts.control.catch_up():
@@ -213,7 +209,6 @@ class DataPath:
         self._consumer = DataConsumer(*self._join())
         self.ready.set()
         Watchdog(self.progress, self.stop_event).start()
-        self.orphans.start()
         FreeMemoryTrim(self.stop_event).start()
         allocator = fastbins_off()
         log.info("router worker %s started: routes %s, transactions %s, per-record path %s, "
@@ -278,6 +273,12 @@ class DataPath:
         tap = compiled.client_tap(conf, consumer=True) if self._compiled else None
         consumer = Consumer(conf)
         assignment = self._parts.assignment
+        # A static member taking its instance's place may find partitions assigned to no
+        # member; with cooperative assignment the group is made to rebalance once after its
+        # first assignment (router.worker.orphans).
+        takes_place = bool(self.instance_id) and assignment.cooperative
+        if takes_place:
+            self._took_place = "the worker rebuilt it" if self.joined else "the worker started"
 
         def current(callback: Rebalance) -> Rebalance:
             def guarded(c: Consumer, partitions: list[TopicPartition]) -> None:
@@ -287,9 +288,13 @@ class DataPath:
                     callback(c, partitions)
             return guarded
 
+        def on_lost(c: Consumer, partitions: list[TopicPartition]) -> None:
+            if takes_place:   # the client rejoins under the instance id with a new member id
+                self._took_place = "its session was lost"
+            assignment.on_lost(c, partitions)
+
         consumer.subscribe(sorted(self.topic_route), on_assign=current(assignment.on_assign),
-                           on_revoke=current(assignment.on_revoke),
-                           on_lost=current(assignment.on_lost))
+                           on_revoke=current(assignment.on_revoke), on_lost=current(on_lost))
         return consumer, tap
 
     def _on_consumer_error(self, err: KafkaError) -> None:
@@ -344,6 +349,9 @@ class DataPath:
         partitions taken over."""
         self._took_over = True
         self._refresh_due = None   # the group moved: a broker may have, too
+        if self._took_place is not None:
+            self.nudger.replaced(self._took_place)
+            self._took_place = None
         self.progress.idle()  # recovering, not idle: the stall clock starts again
         if not self.joined:
             self.joined = True
@@ -385,7 +393,6 @@ class DataPath:
         old = self._consumer.retire()
         self._parts.writer.reset()
         self._consumer_fatal = None
-        self._member_id = None
         self._paused, self._aside, self._ends_retry = set(), set(), {}
         assignment.positions.clear()
         self._leader_suspect = set()
@@ -483,23 +490,20 @@ class DataPath:
             self._judge_stall()
 
     def _note_group(self) -> None:
-        """Note the data consumer's member id (for router.worker.orphans) and group metadata as
-        they stand (None without a member id: the client blanks it when its session is lost,
-        and the group coordinator does not check a blank generation). On this thread, after
-        every consume and at the start of every rebalance callback: the commit threads read
-        what was noted (router.durability.transactions) and never call the consumer, which the
-        client lets one thread use at a time (a commit thread asking it while this one waits
-        for that commit in a rebalance callback would wait for ever)."""
-        if not self._consumer.live:
+        """Note the data consumer's group metadata as it stands (None without a member id: the
+        client blanks it when its session is lost, and the group coordinator does not check a
+        blank generation). On this thread, after every consume and at the start of every
+        rebalance callback: the commit threads read what was noted (router.durability.transactions)
+        and never call the consumer, which the client lets one thread use at a time (a commit
+        thread asking it while this one waits for that commit in a rebalance callback would
+        wait for ever)."""
+        if self._parts.txn is None or not self._consumer.live:
             return
         consumer = self._consumer.client
         try:
-            self._member_id = consumer.memberid() or None
-            if self._parts.txn is not None:
-                self._group = (consumer.consumer_group_metadata() if self._member_id
-                               else None)
+            self._group = consumer.consumer_group_metadata() if consumer.memberid() else None
         except (KafkaException, RuntimeError):   # closed by a rebuild meanwhile
-            self._group = self._member_id = None
+            self._group = None
 
     # -- partitions set aside -----------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Partitions a group leaves to no member (router.worker.orphans), on the real broker with its
-defaults: how Kafka comes to leave them, and the worker's watch giving them out.
+defaults: how Kafka comes to leave them, and a nudge giving them out.
 
 The scenario is the one a broker failure caused in the chaos soak: a cooperative rebalance
 takes partitions from member ``a`` for member ``b``, and before ``a`` rejoins (it has not yet
@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, ConsumerGroupState
 from confluent_kafka.admin import AdminClient
 
-from router.worker.orphans import GroupView, OrphanWatch, unheld
+from router.worker.orphans import nudge
 from testground.brokers import BrokerUnderTest
 
 pytestmark = pytest.mark.broker
@@ -49,9 +49,15 @@ def assigned(c: Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
 
 
-def group_view(bootstrap: str, group: str) -> GroupView:
+def unheld(bootstrap: str, group: str, topic: str) -> frozenset[tuple[str, int]] | None:
+    """The partitions of ``topic`` that no member of the group holds, as its coordinator
+    answers; None while the group is not stable."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    return GroupView.of(admin.describe_consumer_groups([group])[group].result(10))
+    g = admin.describe_consumer_groups([group])[group].result(10)
+    if g.state != ConsumerGroupState.STABLE:
+        return None
+    held = {(tp.topic, tp.partition) for m in g.members for tp in m.assignment.topic_partitions}
+    return frozenset((topic, p) for p in range(PARTITIONS)) - held
 
 
 def test_partitions_left_to_no_member_by_a_replaced_static_member_are_given_out(
@@ -60,17 +66,15 @@ def test_partitions_left_to_no_member_by_a_replaced_static_member_are_given_out(
         pytest.skip("the embedded broker has no static membership")
     topic, ckpt = topic_factory("orphans", partitions=PARTITIONS), topic_factory("ckpt", 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    subscribed = {topic: PARTITIONS}
     a = Consumer(member_conf(broker.bootstrap, group, "a"))
     b = Consumer(member_conf(broker.bootstrap, group, "b"))
     a_again = Consumer(member_conf(broker.bootstrap, group, "a"))
-    stop = threading.Event()
     try:
         a.subscribe([topic])
         assert poll_until([a], lambda: len(assigned(a)) == PARTITIONS, 30)
         b.subscribe([topic])   # a keeps half; the other half waits for a to give it up
-        assert poll_until([b], lambda: bool(b.memberid()) and group_view(
-            broker.bootstrap, group).stable, 30)
+        assert poll_until([b], lambda: bool(b.memberid()) and unheld(
+            broker.bootstrap, group, topic) is not None, 30)
         a_again.subscribe([topic])   # a replaced before it consumed again
         assert poll_until([b, a_again], lambda: bool(assigned(a_again)), 30)
         left = frozenset((topic, p) for p in set(range(PARTITIONS)) - assigned(a_again))
@@ -79,22 +83,21 @@ def test_partitions_left_to_no_member_by_a_replaced_static_member_are_given_out(
         # Kafka leaves them so: a stable group, the partitions assigned to no member
         for _ in range(3):
             poll_until([b, a_again], lambda: False, 1.0)
-            assert unheld(group_view(broker.bootstrap, group), subscribed, b.memberid()) == left
+            assert unheld(broker.bootstrap, group, topic) == left
 
-        watch = OrphanWatch({"bootstrap.servers": broker.bootstrap},
-                            member_conf(broker.bootstrap, group, None), ckpt, subscribed,
-                            b.memberid, stop)
+        joined: list[bool] = []
+        nudger = threading.Thread(target=lambda: joined.append(nudge(
+            member_conf(broker.bootstrap, group, None), ckpt)))
         began = time.monotonic()
-        watch.start()
+        nudger.start()   # the members go on consuming, and so take part in the rebalance
         assert poll_until([b, a_again], lambda: {(topic, p) for p in assigned(b)} == left, 30), \
             f"b holds {assigned(b)}, a holds {assigned(a_again)}"
-        given_out_s = time.monotonic() - began
-        assert watch.nudges == 1
-        assert given_out_s < 15, given_out_s
-        assert poll_until([b, a_again], lambda: not unheld(group_view(
-            broker.bootstrap, group), subscribed, b.memberid()), 10)
+        assert time.monotonic() - began < 15
+        poll_until([b, a_again], lambda: not nudger.is_alive(), 30)
+        assert joined == [True]
+        assert poll_until([b, a_again], lambda: unheld(broker.bootstrap, group, topic) == set(),
+                          10)
         assert len(assigned(a_again)) == PARTITIONS - len(left)   # a kept what it had
     finally:
-        stop.set()
         for c in (a_again, b, a):
             c.close()

@@ -77,57 +77,51 @@ def test_a_fenced_static_member_rebuilds_its_consumer_and_forwards_again(
         router.stop()
 
 
-def test_partitions_the_group_left_to_no_member_are_taken_by_a_worker(
+def test_a_worker_restarted_between_a_rebalance_s_two_rounds_leaves_no_partition_unowned(
         broker: BrokerUnderTest, tmp_path: Path) -> None:
-    """What a broker failure did in the chaos soak, made on purpose: a cooperative rebalance
-    takes half the partitions from member x for the worker, and x is replaced by a consumer
-    started with its instance id before it gave them up. Kafka gives the newcomer x's stored
-    assignment without a rebalance, and that half is assigned to no member, the worker
-    holding none of it (router.worker.orphans). The worker sees that, makes the group
-    rebalance, takes the half and routes it; once the newcomer is gone, the worker routes
-    everything, exactly once."""
+    """What a broker failure did in the chaos soak, made on purpose. Worker w1's member (a
+    consumer standing in for a w1 that froze, then was killed) holds the four partitions; w2
+    joins, and the cooperative rebalance's first round takes two of them from w1 for w2; w1
+    never consumes again, so never gives them up, and the second round that would give them
+    to w2 waits for its rejoin. w1 is restarted with its instance id before it: Kafka hands
+    it its member's stored assignment (the other two) without a rebalance, and the two in
+    between are assigned to no member. The restarted w1 makes the group rebalance once
+    (router.worker.orphans): w2 takes them, and every event is routed exactly once."""
     if broker.kind == "tansu":
         pytest.skip("the embedded broker has no static membership")
     env = Env(broker.bootstrap, tmp_path, partitions=4)
     assert env.cli("switch", "--route", env.route, "--to", "blue", "--at", "auto") == 0
-
-    def member() -> Consumer:
-        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{env.name}",
-                      "group.instance.id": "x", "session.timeout.ms": 6000,
-                      "enable.auto.commit": False,
-                      "partition.assignment.strategy": "cooperative-sticky"})
-        c.subscribe(env.inputs)
-        return c
-
-    x = member()
-    router = RouterProcess(env, args=("--instance-id", "w1"))
-    newcomer: Consumer | None = None
+    frozen = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{env.name}",
+                       "group.instance.id": "w1", "session.timeout.ms": 6000,
+                       "enable.auto.commit": False,
+                       "partition.assignment.strategy": "cooperative-sticky"})
+    frozen.subscribe(env.inputs)
+    w2 = RouterProcess(env, name="w2", args=("--instance-id", "w2"))
+    w1: RouterProcess | None = None
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(x.assignment()) < 4:
-            x.poll(0.2)
-        assert len(x.assignment()) == 4
-        router.wait_started()   # x is not consumed from again: it never gives its half up
-        assert "took over partitions []" in router.text(), router.tail(30)
-        newcomer = member()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "took over partitions [(" not in router.text():
-            newcomer.poll(0.2)
-        assert "are assigned to no member" in router.text(), router.tail(40)
-        kept = {tp.partition for tp in newcomer.assignment()}
-        taken = {p for _, p in ast.literal_eval(
-            TOOK.findall(router.text())[-1])}
-        assert taken == set(range(4)) - kept and kept, (taken, kept, router.tail(40))
+        while time.monotonic() < deadline and len(frozen.assignment()) < 4:
+            frozen.poll(0.2)
+        assert len(frozen.assignment()) == 4
+        w2.wait_started()   # the first round: two of the four move, and wait for w1's rejoin
+        assert TOOK.findall(w2.text()) == ["[]"], w2.tail(30)
+        w1 = RouterProcess(env, name="w1", args=("--instance-id", "w1"))
+        w1.wait_started()
+        env.wait_for("w2 takes the partitions no member held", lambda: any(
+            ast.literal_eval(t) for t in TOOK.findall(w2.text())), 30)
+        kept = {p for _, p in ast.literal_eval(TOOK.findall(w1.text())[0])}
+        taken = {p for _, p in ast.literal_eval(TOOK.findall(w2.text())[-1])}
+        assert kept and taken == set(range(4)) - kept, (kept, taken, w2.tail(30))
+        assert "making the group rebalance once" in w1.text(), w1.tail(30)
 
-        newcomer.close()   # static: its partitions move once its session has expired
-        newcomer = None
         blue = Job(env, "blue")
         blue.emit(events(0, 400))
         env.wait_output(400, timeout=60)
         check_output(env, events(0, 400), lambda p, t: "blue")
-        router.assert_alive()
+        w1.assert_alive()
+        w2.assert_alive()
     finally:
-        router.stop()
-        for c in (newcomer, x):
-            if c is not None:
-                c.close()
+        for worker in (w1, w2):
+            if worker is not None:
+                worker.stop()
+        frozen.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import confluent_kafka
-from metrics_support import idle_orphan_watch
+from metrics_support import idle_nudger
 from rule_support import SetStore, make_plan
 
 from cutover.plan import CutoverPlan, PlanRejected
@@ -144,7 +144,7 @@ def test_every_line_is_prometheus_text_and_every_declared_family_is_exported() -
     progress.stall("nothing decided")
     progress.rebuilt()
     # the worker's /metrics (router.worker.app)
-    text = (w.board.prometheus() + progress.prometheus() + idle_orphan_watch().prometheus()
+    text = (w.board.prometheus() + progress.prometheus() + idle_nudger().prometheus()
             + StoreMemory().prometheus())
     sample = re.compile(r'^(cutover_[a-z_]+)(\{([a-z_]+="[^"]*",?)*\})? -?[0-9.e+]+$')
     declared: dict[str, str] = {}

@@ -5,6 +5,7 @@ ran (before the data path had reached Kafka), is not printed."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -27,12 +28,19 @@ def test_ready_is_logged_once_the_worker_has_joined_and_owns_its_partitions(
     router = RouterProcess(env, args=("--instance-id", "w1"))
     try:
         router.wait_for_line(" ready: ", timeout=90)
-        # Asked right after the line: the group already has the worker with both partitions.
+        # The group has the worker with both partitions. Having taken its instance's place,
+        # the worker then makes the group rebalance once (router.worker.orphans), and the
+        # coordinator shows assignments only while the group is stable: asked until it is.
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         group = f"g-{env.name}"
-        desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+        deadline = time.monotonic() + 30
+        while True:
+            desc = admin.describe_consumer_groups([group])[group].result(timeout=30)
+            if desc.state == ConsumerGroupState.STABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert desc.state == ConsumerGroupState.STABLE, desc.state
-        (member,) = desc.members
+        (member,) = [m for m in desc.members if m.group_instance_id is not None]
         assert member.group_instance_id == "w1"
         assert sorted((tp.topic, tp.partition) for tp in member.assignment.topic_partitions) \
             == [(env.inputs[0], 0), (env.inputs[0], 1)]

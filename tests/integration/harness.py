@@ -4,7 +4,9 @@ exactly-once check of the whole output topic against a reference."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import time
 import uuid
 from collections import Counter
@@ -158,6 +160,15 @@ class RouterProcess(RouterChild):
         self.config = config or env.config
         super().__init__(self.config, env.tmp / f"{env.name}-{name}-{uuid.uuid4().hex[:4]}.log",
                          extra_env, args)
+
+
+# A worker's log line for each assignment it took over (router.worker.assignment).
+TOOK = re.compile(r"took over partitions (\[[^\]]*\])")
+
+
+def takeovers(router: RouterProcess) -> list[set[int]]:
+    """The partitions of each assignment the worker took over, in order."""
+    return [{p for _, p in ast.literal_eval(m.group(1))} for m in TOOK.finditer(router.text())]
 
 
 @dataclass

@@ -6,11 +6,16 @@
  * partition's rule state from them when a run starts and writes it back when it ends.
  *
  * Anything else it leaves to the interpreted path and stops the run there, before it changed
- * anything for that record: another partition, an error, headers not in the tagger's data
- * layout (heartbeats included), no plan yet, a record the ordered handover holds, a poison
+ * anything for that record: another partition, an error, headers in neither of the tagger's
+ * layouts, a heartbeat that may close a handover, no plan yet, a record the ordered handover
+ * holds, a poison
  * timestamp, one older than the dedup retention, an identity the filter or the batch's pending
  * identities may have seen (a duplicate, or a RocksDB read), an identity that cannot be
- * computed. The caller (router.native.compiled) decides that record interpreted and starts the next
+ * computed. A heartbeat in the tagger's layout (PartitionRouter.observe) that closes nothing
+ * (every boundary closed, or a watermark not above the version's) only raises the version's
+ * watermark here: the tagger writes one per partition after each micro-batch, so at many
+ * partitions per worker they are frequent enough that ending a run at each cost a share of
+ * the routing rate (#33). The caller (router.native.compiled) decides that record interpreted and starts the next
  * run after it. The rule therefore has one definition, the Python one; this file is a faster
  * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
  * records (generated) and compares every output and every piece of state. Consumed Messages are
@@ -55,7 +60,7 @@ static PyObject *s_error, *s_topic, *s_partition, *s_offset, *s_headers, *s_time
     *s_tolerance, *s_horizon, *s_retention, *s_ordered, *s_closed_upto, *s_counters,
     *s_suppressed, *s_forwarded, *s_unflushed, *s_live_bits, *s_skip, *s_next_offsets,
     *s_dirty, *s_undelivered, *s_out_pos, *s_queued, *s_live_flag, *s_held, *s_producer,
-    *s_key_rules, *s_canary, *s_buckets, *int_zero;
+    *s_key_rules, *s_canary, *s_buckets, *s_watermarks, *int_zero;
 
 /* The versions read from kept headers in one scan: raw value -> str (a partition's records
  * carry one or two versions). */
@@ -179,6 +184,7 @@ typedef struct {
     int64_t retention;
     int ordered;
     Py_ssize_t closed_upto;
+    PyObject *watermarks;  /* dict: version -> the watermark of its last heartbeat */
     PyObject *counters, *suppressed, *pending, *skip;
     Py_buffer live[MAX_LIVE];
     uint64_t live_mask[MAX_LIVE];   /* each bucket's words - 1 (a power of two each) */
@@ -250,6 +256,7 @@ static void scan_release(Scan *s) {
     version_cache_clear(&s->versions);
     Py_CLEAR(s->prims);
     Py_CLEAR(s->rules);
+    Py_CLEAR(s->watermarks);
     Py_CLEAR(s->counters);
     Py_CLEAR(s->suppressed);
     Py_CLEAR(s->pending);
@@ -374,6 +381,9 @@ static int scan_load(RunObject *self, Scan *s) {
     rc = get_i64(self->router, s_closed_upto, &cu, NULL);
     if (rc <= 0) return rc;
     s->closed_upto = (Py_ssize_t)cu;
+    s->watermarks = PyObject_GetAttr(self->router, s_watermarks);
+    if (s->watermarks == NULL) return -1;
+    if (!PyDict_Check(s->watermarks)) return 0;
     s->counters = PyObject_GetAttr(self->router, s_counters);
     if (s->counters == NULL) return -1;
     s->suppressed = PyObject_GetAttr(s->counters, s_suppressed);
@@ -585,6 +595,72 @@ static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
     *version = v;
     *t = x;
     return 1;
+}
+
+/* The tagger's heartbeat layout (cutover.headers.heartbeat_headers: exactly the version, kind
+ * "heartbeat", watermark and batch): 1 and (version, watermark), or 0. */
+static int recognize_heartbeat(PyObject *headers, PyObject **version, int64_t *wm) {
+    if (headers == NULL || !PyList_CheckExact(headers) || PyList_GET_SIZE(headers) != 4)
+        return 0;
+    PyObject *names[4] = {h_version, h_kind, h_watermark, h_batch};
+    PyObject *vals[4];
+    for (int k = 0; k < 4; k++) {
+        PyObject *h = PyList_GET_ITEM(headers, k);
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2) return 0;
+        PyObject *name = PyTuple_GET_ITEM(h, 0);
+        if (name != names[k]
+            && (!PyUnicode_CheckExact(name) || PyUnicode_Compare(name, names[k]) != 0))
+            return 0;
+        vals[k] = PyTuple_GET_ITEM(h, 1);
+        if (!PyBytes_CheckExact(vals[k])) return 0;
+    }
+    if (PyBytes_GET_SIZE(vals[1]) != 9 || memcmp(PyBytes_AS_STRING(vals[1]), "heartbeat", 9))
+        return 0;
+    for (int k = 2; k < 4; k++) {
+        PyObject *b = vals[k];
+        if (PyBytes_GET_SIZE(b) == 0) return 0;
+        const char *p = PyBytes_AS_STRING(b);
+        for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(b); j++)
+            if (p[j] < '0' || p[j] > '9') return 0;
+    }
+    if (PyBytes_GET_SIZE(vals[2]) > 18) return 0;  /* int() of more digits: interpreted */
+    PyObject *v = PyDict_GetItemWithError(known_versions, vals[0]);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *p = PyBytes_AS_STRING(vals[2]);
+    int64_t x = 0;
+    for (Py_ssize_t j = 0; j < PyBytes_GET_SIZE(vals[2]); j++) x = x * 10 + (p[j] - '0');
+    *version = v;
+    *wm = x;
+    return 1;
+}
+
+/* PartitionRouter.observe for a heartbeat of ``version`` at watermark ``wm``: 1 served (the
+ * version's watermark raised, if above), 0 it may close a boundary (declined before changing
+ * anything: _advance_closed and the release of held records are the interpreted path's),
+ * -1 error */
+static int serve_heartbeat(Scan *s, PyObject *version, int64_t wm) {
+    PyObject *w = PyLong_FromLongLong(wm);
+    if (w == NULL) return -1;
+    PyObject *cur = PyDict_GetItemWithError(s->watermarks, version);
+    int higher = 1;  /* none yet: NO_WATERMARK, below any watermark of digits */
+    if (cur != NULL)
+        higher = PyObject_RichCompareBool(w, cur, Py_GT);
+    else if (PyErr_Occurred())
+        higher = -1;
+    int rc = higher;
+    if (higher == 1) {
+        if (s->closed_upto < s->nb)
+            rc = 0;
+        else
+            rc = PyDict_SetItem(s->watermarks, version, w) < 0 ? -1 : 1;
+    } else if (higher == 0) {
+        rc = 1;  /* not above: observe changes nothing */
+    }
+    Py_DECREF(w);
+    return rc;
 }
 
 static void put_len(b2b_state *st, PyObject *b) {
@@ -913,7 +989,18 @@ static PyObject *Run_scan(RunObject *self, PyObject *const *args, Py_ssize_t nar
         } else {
             headers = msg_get(msg, M_HEADERS);
             if (headers == NULL) goto error;
-            if (!recognize(headers, &version, &t)) break;
+            if (!recognize(headers, &version, &t)) {
+                int64_t wm;
+                if (!recognize_heartbeat(headers, &version, &wm)) break;
+                rc = serve_heartbeat(&s, version, wm);
+                if (rc < 0) goto error;
+                if (rc == 0) break;
+                s.consumed = 1;
+                s.last_off = off;
+                Py_CLEAR(headers);
+                i++;
+                continue;
+            }
             r = msg_get(msg, M_TIMESTAMP);
             if (r == NULL) goto error;
             if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) break;
@@ -1441,7 +1528,8 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         {&s_next_offsets, "next_offsets"}, {&s_dirty, "dirty"},
         {&s_undelivered, "undelivered"}, {&s_out_pos, "out_pos"}, {&s_queued, "queued"},
         {&s_live_flag, "live"}, {&s_held, "held"}, {&s_producer, "producer"},
-        {&s_key_rules, "key_rules"}, {&s_canary, "canary"}, {&s_buckets, "buckets"}};
+        {&s_key_rules, "key_rules"}, {&s_canary, "canary"}, {&s_buckets, "buckets"},
+        {&s_watermarks, "watermarks"}};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         *names[k].slot = PyUnicode_InternFromString(names[k].name);
         if (*names[k].slot == NULL) return NULL;

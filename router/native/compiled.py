@@ -7,7 +7,9 @@ is narrow: a
 run of one raw partition's well-formed data records, each either not the primary for its
 event time (suppressed) or the primary's and new to the dedup store (forwarded). That case is
 written in C over the same Python objects (the partition's rule, its dedup store, its
-durability, its output stream); every other record (heartbeats, held, poison, duplicates, a
+durability, its output stream), and so are the tagger's heartbeats that close no handover
+(they only raise a version's watermark; one per partition after each micro-batch); every other
+record (a heartbeat that may close a boundary, held, poison, duplicates, a
 filter "maybe", dead letters, shadows, a partition paused over max_held) goes through the
 interpreted loop, :meth:`router.worker.datapath.DataPath._handle_all`, which stays the definition of
 the rule. tests/unit/test_compiled_path.py runs both on the same generated records and compares

@@ -174,6 +174,14 @@ ODD_HEADERS = [
     [(EVENT_TIME, b"5"), (VERSION, b"blue"), (WATERMARK, b"1"), (BATCH, b"1")],
     [("x", b"1")],
     [],
+    # heartbeats in other shapes than the tagger's: valid (the interpreted path reads them), or not
+    [(VERSION, b"blue"), (KIND, b"heartbeat"), (WATERMARK, b"5"), (BATCH, b"1"), ("x", b"1")],
+    [(KIND, b"heartbeat"), (VERSION, b"green"), (WATERMARK, b"5"), (BATCH, b"1")],
+    [(VERSION, b"blue"), (KIND, b"heartbeat"), (BATCH, b"1")],
+    [(VERSION, b"blue"), (KIND, b"heartbeat"), (WATERMARK, b"9" * 25), (BATCH, b"1")],
+    [(VERSION, b"blue"), (KIND, b"heartbeaT"), (WATERMARK, b"5"), (BATCH, b"1")],
+    [(VERSION, b"blue"), (KIND, b"heartbeat"), (WATERMARK, b"5"), (BATCH, b"")],
+    [(VERSION, b"blue"), (KIND, b"heartbeat"), (WATERMARK, b"-5"), (BATCH, b"1")],
 ]
 
 
@@ -347,6 +355,62 @@ def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
     # the newest is held back (router.durability.inline_output)
     assert len(producer.sent) - sent == 99
 
+
+
+def _warm_world(tmp_path: Path, segments: list[tuple[int | None, str, Canary | None]],
+                ordered: bool) -> DataPath:
+    """A world whose versions are known and whose plan is ``segments``, its first batch over."""
+    dp, _ = _world(tmp_path, ordered=ordered, max_held=1000, identity="record", stream=False,
+                   refuse=set(), fail=set())
+    warm = _messages([{"kind": "data", "t": T0, "version": v, "topic": RAW[0], "p": 0,
+                       "key": b"w", "value": v.encode(), "job": [], "odd": []}
+                      for v in ("blue", "green")], {})
+    dp._handle_all(warm)  # the versions become known to the header recognizer
+    dp._apply_everywhere(_plan(1, segments))
+    _end_batch(dp)
+    return dp
+
+
+def test_heartbeats_that_close_nothing_stay_in_the_compiled_run(tmp_path: Path) -> None:
+    """The tagger writes a heartbeat on every partition after each micro-batch. One that can
+    close no handover only raises its version's watermark (never lowers it), and the run goes
+    on past it."""
+    dp = _warm_world(tmp_path, PLANS[0], ordered=True)
+    owned = dp.owned[("r", 0)]
+    recs: list[dict[str, Any]] = []
+    for i in range(40):
+        recs.append({"kind": "data", "t": T0 + 100 * i, "version": ("blue", "green")[i % 2],
+                     "topic": RAW[0], "p": 0, "key": b"k%d" % i, "value": b"v", "job": [],
+                     "odd": []})
+        if i % 10 == 9:  # both versions' heartbeats; the last green one goes back in time
+            back = 50_000 if i == 39 else 0
+            recs += [{"kind": "beat", "t": T0 + 100 * i, "version": "blue", "topic": RAW[0],
+                      "p": 0, "key": None, "value": None, "job": [], "odd": []},
+                     {"kind": "beat", "t": T0 + 100 * i - back, "version": "green",
+                      "topic": RAW[0], "p": 0, "key": None, "value": None, "job": [],
+                      "odd": []}]
+    msgs = _messages(recs, {(RAW[0], 0): 1})
+    run = compiled.make_run(owned, RAW[0], None, dp._parts.writer.queue)
+    assert run.scan(msgs, 0) == len(msgs)
+    assert owned.router.watermarks == {"blue": T0 + 3900 - 2000, "green": T0 + 2900 - 2000}
+    assert owned.durability.next_offsets[RAW[0]] == len(msgs) + 2
+    assert owned.router.counters.forwarded == 1 + 20
+
+
+def test_a_heartbeat_that_may_close_a_handover_ends_the_run_before_it(tmp_path: Path) -> None:
+    """Closing a boundary may release held records: the interpreted path's work. The run
+    stops at such a heartbeat with nothing of it applied."""
+    dp = _warm_world(tmp_path, PLANS[1], ordered=True)
+    owned = dp.owned[("r", 0)]
+    beat = {"kind": "beat", "t": T0 + 30_000, "version": "blue", "topic": RAW[0], "p": 0,
+            "key": None, "value": None, "job": [], "odd": []}
+    msgs = _messages([beat], {(RAW[0], 0): 1})
+    run = compiled.make_run(owned, RAW[0], None, dp._parts.writer.queue)
+    assert owned.router.closed_upto == 0
+    assert run.scan(msgs, 0) == 0
+    assert "blue" not in owned.router.watermarks
+    dp._handle_all(msgs)  # the interpreted path closes it
+    assert owned.router.closed_upto == 1
 
 
 def test_a_canary_plan_stays_compiled_and_gives_each_key_its_primary(tmp_path: Path) -> None:

@@ -342,6 +342,18 @@ class DataPath:
                 consumer.seek(tp)
         return check.kept
 
+    def _holds_every_raw_partition(self) -> bool:
+        """The data consumer is assigned every partition of every raw topic (a worker alone in
+        its group): no partition can be assigned to no member, and a nudge
+        (router.worker.orphans) would only cost the group two rebalances, each of which makes
+        the batch whose commit it meets abort (its group generation is gone) and replay."""
+        try:
+            held = {(tp.topic, tp.partition) for tp in self._consumer.client.assignment()}
+        except KafkaException:
+            return False
+        return all((topic, p) in held for topic, rt in self.topic_route.items()
+                   for p in range(rt.num_partitions))
+
     def _note_takeover(self) -> None:
         """After the group assigned partitions: recovering counts as progress. The first time,
         the worker says it is ready: its consumer has joined the group and got its first
@@ -350,7 +362,12 @@ class DataPath:
         self._took_over = True
         self._refresh_due = None   # the group moved: a broker may have, too
         if self._took_place is not None:
-            self.nudger.replaced(self._took_place)
+            if self._holds_every_raw_partition():
+                log.info("group %s: the data consumer took its instance's place (%s) and holds "
+                         "every raw partition, so none is assigned to no member: no rebalance "
+                         "needed", self.settings.group_id, self._took_place)
+            else:
+                self.nudger.replaced(self._took_place)
             self._took_place = None
         self.progress.idle()  # recovering, not idle: the stall clock starts again
         if not self.joined:

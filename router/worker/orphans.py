@@ -20,7 +20,10 @@ only (no worker consumes it through the group, so it takes no raw partition), an
 member always makes the group rebalance, and in that rebalance every member's owned partitions
 are known, so the assignor gives out any that no member holds. With cooperative assignment the
 partitions that stay with their owners keep flowing through it. The eager ``range`` assignment
-has no second round, so it needs none.
+has no second round, so it needs none. Nor does a worker whose first assignment holds every
+partition of every raw topic (alone in its group): no partition is assigned to no member then,
+and each rebalance of a nudge makes the batch whose commit meets it abort and replay (the commit
+carries the group generation the rebalance ended: KIP-447).
 
 Why not ask the coordinator who holds what and nudge only then: librdkafka's admin requests to
 a group coordinator can abort the process when the coordinator fails under them

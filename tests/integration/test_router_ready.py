@@ -28,9 +28,8 @@ def test_ready_is_logged_once_the_worker_has_joined_and_owns_its_partitions(
     router = RouterProcess(env, args=("--instance-id", "w1"))
     try:
         router.wait_for_line(" ready: ", timeout=90)
-        # The group has the worker with both partitions. Having taken its instance's place,
-        # the worker then makes the group rebalance once (router.worker.orphans), and the
-        # coordinator shows assignments only while the group is stable: asked until it is.
+        # The group has the worker with both partitions (the coordinator shows assignments
+        # only while the group is stable: asked until it is).
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         group = f"g-{env.name}"
         deadline = time.monotonic() + 30
@@ -50,6 +49,10 @@ def test_ready_is_logged_once_the_worker_has_joined_and_owns_its_partitions(
         # after the data path started and subscribed (that line comes first), never before
         assert text.index("router worker w1 started") < text.index("router worker w1 ready")
         assert "Ready" not in text, "Faust's own line, printed before the data path joined"
+        # alone in its group it holds every partition: none can be assigned to no member, so
+        # it does not make the group rebalance (router.worker.orphans)
+        assert "holds every raw partition" in text, router.tail(30)
+        assert "making the group rebalance once" not in text, router.tail(30)
         router.assert_alive()
     finally:
         router.stop()

@@ -26,7 +26,12 @@ For each partition count (256 as 4 routes x 64), on fresh topics:
 Then the routing rate at 64 partitions against 4 in rounds (``CUTOVER_BENCH_PARTITION_RATE_ROUNDS``,
 5 by default): each round writes a fresh backlog at both counts, the order alternating; the
 pass-through loop (tests/bench/passthrough.py) reads it first, then a fresh worker routes it
-and its output is checked the same way, and the count's topics are deleted. The target takes
+and its output is checked the same way, and the count's topics are deleted. A broker removes a
+deleted topic's files ``log.segment.delete.delay.ms`` later (60 s by default), which put the
+removal of an earlier count's hundreds of partition directories in the middle of a later
+count's routing (seen as the slowest rounds); for the rounds the broker is told to remove them
+at once, between measurements (in the whole run), and given its default back after. The
+target takes
 the median of the rounds' router shares: a single pass moves with what else the machine does
 in its few seconds. The loop's share beside it says how much of a drop the client and the
 broker make at that count without any routing.
@@ -48,6 +53,8 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -55,7 +62,7 @@ from typing import NamedTuple
 import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from router.durability.checkpoint import checkpoint_topic
 from testground.brokers import create_topics
@@ -457,6 +464,50 @@ def _delete_topics(bootstrap: str, layout: Layout, extra: list[str]) -> None:
             print(f"  topic {topic} not deleted: {exc}", flush=True)
 
 
+DELETE_DELAY = "log.segment.delete.delay.ms"
+
+
+def _delete_delay(admin: AdminClient, value: str | None) -> None:
+    """Set every broker's ``log.segment.delete.delay.ms`` (a dynamic setting, here per broker)
+    to ``value``, or give them their default back (None)."""
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    entry = ConfigEntry(DELETE_DELAY, value or "", incremental_operation=op)
+    brokers = [ConfigResource("broker", str(b))
+               for b in sorted(admin.list_topics(timeout=15).brokers)]
+    for done in admin.incremental_alter_configs(
+            [ConfigResource(r.restype, r.name, incremental_configs=[entry])
+             for r in brokers]).values():
+        done.result(15)
+    deadline = time.monotonic() + 30  # a broker applies it from the metadata log, soon after
+    while True:
+        seen = {r.name: described[DELETE_DELAY].value
+                for r, f in admin.describe_configs(brokers).items()
+                for described in [f.result(15)]}
+        if all((v == value) if value is not None else (v != "0") for v in seen.values()):
+            return
+        if time.monotonic() > deadline:
+            raise KafkaException(f"the brokers show {DELETE_DELAY} = {seen} after 30 s")
+        time.sleep(0.2)
+
+
+@contextmanager
+def _files_removed_at_deletion(bootstrap: str) -> Iterator[None]:
+    """Deleted topics' files removed at their deletion, between measurements (the module's
+    docstring says why); a broker that refuses keeps its delay, and the run says so."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        _delete_delay(admin, "0")
+    except KafkaException as exc:
+        print(f"  {DELETE_DELAY} left as it is ({exc}): an earlier count's files may be "
+              "removed during a later count's routing", flush=True)
+        yield
+        return
+    try:
+        yield
+    finally:
+        _delete_delay(admin, None)
+
+
 def _rate_rounds(bootstrap: str, tmp: Path, rows: list[Row], raw_records: int,
                  rounds: int) -> list[RateRound]:
     """The rate share in rounds, each routing a fresh backlog at both counts, the order
@@ -479,6 +530,11 @@ def _cell(x: float | None, fmt: str = "{:,.2f}") -> str:
 
 
 def test_partition_counts(bootstrap: str, tmp_path: Path) -> None:
+    with _files_removed_at_deletion(bootstrap):
+        _partition_counts(bootstrap, tmp_path)
+
+
+def _partition_counts(bootstrap: str, tmp_path: Path) -> None:
     raw_records, counts = _raw_records(), _counts()
     rows: list[Row] = []
     backlogs: list[Backlog] = []

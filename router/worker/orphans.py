@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException
@@ -56,10 +57,10 @@ def nudge(conf: dict[str, Any], topic: str, stop: threading.Event | None = None,
     joined = False
     try:
         consumer.subscribe([topic])
-        waited = 0.0
-        while not joined and waited < timeout_s and not (stop is not None and stop.is_set()):
+        deadline = time.monotonic() + timeout_s
+        while (not joined and time.monotonic() < deadline
+               and not (stop is not None and stop.is_set())):
             consumer.poll(0.1)
-            waited += 0.1
             joined = bool(consumer.assignment())
     finally:
         consumer.close()

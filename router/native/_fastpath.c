@@ -8,15 +8,14 @@
  * Anything else it leaves to the interpreted path and stops the run there, before it changed
  * anything for that record: another partition, an error, headers in neither of the tagger's
  * layouts, a heartbeat that may close a handover, no plan yet, a record the ordered handover
- * holds, a poison
- * timestamp, one older than the dedup retention, an identity the filter or the batch's pending
- * identities may have seen (a duplicate, or a RocksDB read), an identity that cannot be
- * computed. A heartbeat in the tagger's layout (PartitionRouter.observe) that closes nothing
- * (every boundary closed, or a watermark not above the version's) only raises the version's
- * watermark here: the tagger writes one per partition after each micro-batch, so at many
- * partitions per worker they are frequent enough that ending a run at each cost a share of
- * the routing rate (#33). The caller (router.native.compiled) decides that record interpreted and starts the next
- * run after it. The rule therefore has one definition, the Python one; this file is a faster
+ * holds, a poison timestamp, one older than the dedup retention, an identity the filter or
+ * the batch's pending identities may have seen (a duplicate, or a RocksDB read), an identity
+ * that cannot be computed. A heartbeat in the tagger's layout (PartitionRouter.observe) that
+ * closes nothing (every boundary closed, or a watermark not above the version's) only raises
+ * the version's watermark here: the tagger writes one per partition after each micro-batch,
+ * so at many partitions per worker they come often enough that ending a run at each cost a
+ * share of the routing rate (docs/decisions/029). The caller (router.native.compiled) decides
+ * a record it leaves interpreted and starts the next run after it. The rule therefore has one definition, the Python one; this file is a faster
  * reading of its common branches, and tests/unit/test_compiled_path.py runs both on the same
  * records (generated) and compares every output and every piece of state. Consumed Messages are
  * read through their public accessors; where librdkafka's on_consume interceptor kept the

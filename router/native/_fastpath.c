@@ -548,15 +548,12 @@ static int scan_store(RunObject *self, Scan *s) {
     return rc;
 }
 
-/* The tagger's data layout (cutover.headers.data_envelope): 1 and (version, t), or 0. */
-static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
-    if (headers == NULL || !PyList_CheckExact(headers)) return 0;
-    Py_ssize_t n = PyList_GET_SIZE(headers);
-    if (n < 4) return 0;
-    PyObject *names[4] = {h_version, h_event_time, h_watermark, h_batch};
-    PyObject *vals[4];
+/* The values of the four headers of ``headers`` (a list) from ``at`` on into ``vals``, when
+ * they are (name, value) pairs named ``names`` in that order: 1, or 0. */
+static int four_headers(PyObject *headers, Py_ssize_t at, PyObject *const names[4],
+                        PyObject *vals[4]) {
     for (int k = 0; k < 4; k++) {
-        PyObject *h = PyList_GET_ITEM(headers, n - 4 + k);
+        PyObject *h = PyList_GET_ITEM(headers, at + k);
         if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2) return 0;
         PyObject *name = PyTuple_GET_ITEM(h, 0);
         if (name != names[k]
@@ -564,6 +561,17 @@ static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
             return 0;
         vals[k] = PyTuple_GET_ITEM(h, 1);
     }
+    return 1;
+}
+
+/* The tagger's data layout (cutover.headers.data_envelope): 1 and (version, t), or 0. */
+static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
+    if (headers == NULL || !PyList_CheckExact(headers)) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(headers);
+    if (n < 4) return 0;
+    PyObject *const names[4] = {h_version, h_event_time, h_watermark, h_batch};
+    PyObject *vals[4];
+    if (!four_headers(headers, n - 4, names, vals)) return 0;
     for (int k = 1; k < 4; k++) {
         PyObject *b = vals[k];
         if (!PyBytes_CheckExact(b) || PyBytes_GET_SIZE(b) == 0) return 0;
@@ -601,18 +609,11 @@ static int recognize(PyObject *headers, PyObject **version, int64_t *t) {
 static int recognize_heartbeat(PyObject *headers, PyObject **version, int64_t *wm) {
     if (headers == NULL || !PyList_CheckExact(headers) || PyList_GET_SIZE(headers) != 4)
         return 0;
-    PyObject *names[4] = {h_version, h_kind, h_watermark, h_batch};
+    PyObject *const names[4] = {h_version, h_kind, h_watermark, h_batch};
     PyObject *vals[4];
-    for (int k = 0; k < 4; k++) {
-        PyObject *h = PyList_GET_ITEM(headers, k);
-        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2) return 0;
-        PyObject *name = PyTuple_GET_ITEM(h, 0);
-        if (name != names[k]
-            && (!PyUnicode_CheckExact(name) || PyUnicode_Compare(name, names[k]) != 0))
-            return 0;
-        vals[k] = PyTuple_GET_ITEM(h, 1);
+    if (!four_headers(headers, 0, names, vals)) return 0;
+    for (int k = 0; k < 4; k++)
         if (!PyBytes_CheckExact(vals[k])) return 0;
-    }
     if (PyBytes_GET_SIZE(vals[1]) != 9 || memcmp(PyBytes_AS_STRING(vals[1]), "heartbeat", 9))
         return 0;
     for (int k = 2; k < 4; k++) {

@@ -418,14 +418,7 @@ def test_a_canary_plan_stays_compiled_and_gives_each_key_its_primary(tmp_path: P
     bucket, from the scan after the plan arrives (even in the middle of a batch), decides
     every record itself and gives each key its primary (a record without a key: the
     segment's primary)."""
-    dp, _ = _world(tmp_path, ordered=False, max_held=1000, identity="record", stream=False,
-                   refuse=set(), fail=set())
-    warm = _messages([{"kind": "data", "t": T0, "version": v, "topic": RAW[0], "p": 0,
-                       "key": b"w", "value": v.encode(), "job": [], "odd": []}
-                      for v in ("blue", "green")], {})
-    dp._handle_all(warm)  # the versions become known to the header recognizer
-    dp._apply_everywhere(_plan(1, PLANS[0]))
-    _end_batch(dp)
+    dp = _warm_world(tmp_path, PLANS[0], ordered=False)
     owned = dp.owned[("r", 0)]
     run = compiled.make_run(owned, RAW[0], None, dp._parts.writer.queue)
     keys = [b"k1", b"k2", b"k3", b"k4", None]

@@ -330,18 +330,25 @@ def test_the_compiled_path_decides_as_the_interpreted_one(
             shutil.rmtree(root, ignore_errors=True)
 
 
-def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
-    """The comparison above must not pass because the compiled path declines everything:
-    on a plain stream of both versions' data it decides every record itself."""
-    dp, producer = _world(tmp_path, ordered=False, max_held=1000, identity="record",
-                          stream=True, refuse=set(), fail=set())
+def _warm_world(tmp_path: Path, segments: list[tuple[int | None, str, Canary | None]],
+                ordered: bool, stream: bool = False) -> tuple[DataPath, Recorder]:
+    """A world whose versions are known and whose plan is ``segments``, its first batch over
+    (a fresh stream follows)."""
+    dp, producer = _world(tmp_path, ordered=ordered, max_held=1000, identity="record",
+                          stream=stream, refuse=set(), fail=set())
     warm = _messages([{"kind": "data", "t": T0, "version": v, "topic": RAW[0], "p": 0,
                        "key": b"w", "value": v.encode(), "job": [], "odd": []}
                       for v in ("blue", "green")], {})
     dp._handle_all(warm)  # the versions become known to the header recognizer
-    dp._apply_everywhere(CutoverPlan(route="r", epoch=1, segments=[
-        Segment(from_event_time=None, primary="blue")]))
-    _end_batch(dp)  # the warm-up's batch: a fresh stream below
+    dp._apply_everywhere(_plan(1, segments))
+    _end_batch(dp)
+    return dp, producer
+
+
+def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
+    """The comparison above must not pass because the compiled path declines everything:
+    on a plain stream of both versions' data it decides every record itself."""
+    dp, producer = _warm_world(tmp_path, PLANS[0], ordered=False, stream=True)
     msgs = _messages([{"kind": "data", "t": T0 + i, "version": ("blue", "green")[i % 2],
                        "topic": RAW[0], "p": 0, "key": b"k%d" % i, "value": b"v",
                        "job": [], "odd": []} for i in range(200)], {(RAW[0], 0): 1})
@@ -357,25 +364,11 @@ def test_the_compiled_path_takes_the_common_case(tmp_path: Path) -> None:
 
 
 
-def _warm_world(tmp_path: Path, segments: list[tuple[int | None, str, Canary | None]],
-                ordered: bool) -> DataPath:
-    """A world whose versions are known and whose plan is ``segments``, its first batch over."""
-    dp, _ = _world(tmp_path, ordered=ordered, max_held=1000, identity="record", stream=False,
-                   refuse=set(), fail=set())
-    warm = _messages([{"kind": "data", "t": T0, "version": v, "topic": RAW[0], "p": 0,
-                       "key": b"w", "value": v.encode(), "job": [], "odd": []}
-                      for v in ("blue", "green")], {})
-    dp._handle_all(warm)  # the versions become known to the header recognizer
-    dp._apply_everywhere(_plan(1, segments))
-    _end_batch(dp)
-    return dp
-
-
 def test_heartbeats_that_close_nothing_stay_in_the_compiled_run(tmp_path: Path) -> None:
     """The tagger writes a heartbeat on every partition after each micro-batch. One that can
     close no handover only raises its version's watermark (never lowers it), and the run goes
     on past it."""
-    dp = _warm_world(tmp_path, PLANS[0], ordered=True)
+    dp, _ = _warm_world(tmp_path, PLANS[0], ordered=True)
     owned = dp.owned[("r", 0)]
     recs: list[dict[str, Any]] = []
     for i in range(40):
@@ -400,7 +393,7 @@ def test_heartbeats_that_close_nothing_stay_in_the_compiled_run(tmp_path: Path) 
 def test_a_heartbeat_that_may_close_a_handover_ends_the_run_before_it(tmp_path: Path) -> None:
     """Closing a boundary may release held records: the interpreted path's work. The run
     stops at such a heartbeat with nothing of it applied."""
-    dp = _warm_world(tmp_path, PLANS[1], ordered=True)
+    dp, _ = _warm_world(tmp_path, PLANS[1], ordered=True)
     owned = dp.owned[("r", 0)]
     beat = {"kind": "beat", "t": T0 + 30_000, "version": "blue", "topic": RAW[0], "p": 0,
             "key": None, "value": None, "job": [], "odd": []}
@@ -418,7 +411,7 @@ def test_a_canary_plan_stays_compiled_and_gives_each_key_its_primary(tmp_path: P
     bucket, from the scan after the plan arrives (even in the middle of a batch), decides
     every record itself and gives each key its primary (a record without a key: the
     segment's primary)."""
-    dp = _warm_world(tmp_path, PLANS[0], ordered=False)
+    dp, _ = _warm_world(tmp_path, PLANS[0], ordered=False)
     owned = dp.owned[("r", 0)]
     run = compiled.make_run(owned, RAW[0], None, dp._parts.writer.queue)
     keys = [b"k1", b"k2", b"k3", b"k4", None]
